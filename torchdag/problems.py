@@ -1,0 +1,45 @@
+"""One problem in a values file, reported as one line: `file: field.path: message`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterable, Sequence, Union
+
+PathPart = Union[str, int]
+
+
+def format_path(parts: Sequence[PathPart]) -> str:
+    """`["nodes", 2, "nic"]` -> `nodes[2].nic`; the empty path is the document itself."""
+    text = ""
+    for part in parts:
+        if isinstance(part, int):
+            text += f"[{part}]"
+        else:
+            text += f".{part}" if text else str(part)
+    return text or "(top level)"
+
+
+@dataclass(frozen=True, order=True)
+class Problem:
+    path: tuple
+    message: str
+
+    def line(self, source: str) -> str:
+        return f"{source}: {format_path(self.path)}: {self.message}"
+
+
+class ValuesError(Exception):
+    """Raised with every problem found, so the user fixes them all in one go."""
+
+    def __init__(self, source: str, problems: Iterable[Problem]):
+        self.source = source
+        self.problems = sorted(set(problems), key=_sort_key)
+        super().__init__("\n".join(self.lines()))
+
+    def lines(self) -> list[str]:
+        return [p.line(self.source) for p in self.problems]
+
+
+def _sort_key(problem: Problem):
+    # Sort paths naturally (nodes[2] before nodes[10]) whatever the part types.
+    return (tuple((0, p, "") if isinstance(p, int) else (1, 0, p) for p in problem.path), problem.message)

@@ -1,0 +1,91 @@
+"""Render phase: plan -> Workflow YAML text through templates/workflow.yaml.j2.
+
+The text is parsed back before anyone writes it, so a template bug can never ship a
+document that is not YAML or is not one Workflow.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import jinja2
+import yaml
+
+from . import TEMPLATES_DIR
+from .plan import Plan, quantity
+from .values import load_schema
+from .yamlout import block, kube_quote, quote
+
+# Sources CANN's set_env.sh, then execs the launcher with its arguments as given: they
+# travel as positional parameters, so bash never re-parses a user string.
+SET_ENV_WRAPPER = (
+    'set_env="$1"; shift; '
+    'if [ ! -r "$set_env" ]; then echo "torchdag: cannot read $set_env (ascend.setEnvScript)" >&2; exit 127; fi; '
+    '. "$set_env"; exec "$@"'
+)
+
+
+def argo_parameter(name: str) -> str:
+    return "{{inputs.parameters." + name + "}}"
+
+
+@functools.lru_cache(maxsize=None)
+def _environment() -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(TEMPLATES_DIR)),
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+        autoescape=False,  # YAML, not HTML: quoting is done by the q/kq filters
+        extensions=["jinja2.ext.do"],
+    )
+    env.filters.update(q=quote, tojson=quote, kq=kube_quote, yaml=block, quantity=quantity)
+    env.globals.update(param=argo_parameter, set_env_wrapper=SET_ENV_WRAPPER)
+    return env
+
+
+def _fill_missing(values: dict, schema: dict) -> dict:
+    """Keys a user deleted with `null` read as None in templates instead of failing."""
+    out = dict(values)
+    for key, prop in schema.get("properties", {}).items():
+        if "default" not in prop:
+            continue
+        if key not in out:
+            out[key] = None
+        elif isinstance(out[key], dict) and "properties" in prop:
+            out[key] = _fill_missing(out[key], prop)
+    return out
+
+
+def render(plan: Plan) -> str:
+    filled = Plan(
+        values=_fill_missing(plan.values, load_schema()),
+        nodes=plan.nodes,
+        shapes=plan.shapes,
+        backend=plan.backend,
+        backend_reason=plan.backend_reason,
+        world_size=plan.world_size,
+    )
+    text = _environment().get_template("workflow.yaml.j2").render(plan=filled)
+    check_document(text)
+    return text
+
+
+class RenderBug(Exception):
+    """The templates produced something that is not one Workflow document."""
+
+
+def check_document(text: str) -> Any:
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    try:
+        documents = [doc for doc in yaml.load_all(text, Loader=loader) if doc is not None]  # noqa: S506
+    except yaml.YAMLError as err:
+        raise RenderBug(f"rendered YAML does not parse: {err}") from err
+    if len(documents) != 1 or not isinstance(documents[0], dict):
+        raise RenderBug(f"rendered YAML holds {len(documents)} documents, expected one mapping")
+    doc = documents[0]
+    if doc.get("kind") not in ("Workflow", "WorkflowTemplate") or "spec" not in doc:
+        raise RenderBug("rendered YAML is not a Workflow")
+    return doc
