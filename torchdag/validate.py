@@ -74,6 +74,10 @@ def _explain(error: jsonschema.ValidationError) -> Iterator[Problem]:
     schema = error.schema if isinstance(error.schema, dict) else {}
     allowed = schema.get("x-allowed")
     value = error.instance
+    if "propertyNames" in error.schema_path:
+        # jsonschema reports a bad key at its object's path with the key as the instance.
+        yield Problem(path + (value,), f"key {_show(value)} is not {allowed or 'allowed here'}")
+        return
     if kind == "required":
         missing = error.message.split("'")[1]
         yield Problem(path + (missing,), "is required")
@@ -83,13 +87,10 @@ def _explain(error: jsonschema.ValidationError) -> Iterator[Problem]:
             hint = difflib.get_close_matches(key, known, n=1)
             did_you_mean = f"did you mean '{hint[0]}'? " if hint else ""
             yield Problem(path + (key,), f"unknown key; {did_you_mean}allowed: {', '.join(known)}")
-    elif kind == "propertyNames":
-        # The failing instance is the key itself; path is the enclosing object.
-        key_allowed = schema.get("propertyNames", {}).get("x-allowed", "a valid key")
-        yield Problem(path + (value,), f"key {_show(value)} is not {key_allowed}")
     elif kind == "type":
         wanted = error.validator_value
-        wanted = " or ".join(wanted) if isinstance(wanted, list) else wanted
+        wanted = [wanted] if isinstance(wanted, str) else wanted
+        wanted = " or ".join(_SCHEMA_TYPE_WORDS.get(w, w) for w in wanted)
         yield Problem(path, f"must be {_article(wanted)} {wanted}, got {_type_name(value)} {_show(value)}")
     elif kind == "enum":
         yield Problem(path, f"{_show(value)} is not one of: {', '.join(map(str, error.validator_value))}")
@@ -110,7 +111,8 @@ def _explain(error: jsonschema.ValidationError) -> Iterator[Problem]:
     elif kind == "maxItems":
         yield Problem(path, f"must have at most {error.validator_value} items, got {len(value)}")
     elif kind in ("anyOf", "oneOf"):
-        yield Problem(path, f"{_show(value)} is not {allowed or _first_allowed(error) or 'valid here'}")
+        shown = "" if isinstance(value, (dict, list)) else f"{_show(value)} "
+        yield Problem(path, f"{shown}is not {allowed or _first_allowed(error) or 'valid here'}")
     elif kind == "const":
         yield Problem(path, f"must be {_show(error.validator_value)}")
     else:  # a keyword without a friendlier wording yet: jsonschema's own message is still one line
@@ -131,6 +133,9 @@ def _first_allowed(error: jsonschema.ValidationError) -> str | None:
             if target.get("x-allowed"):
                 return target["x-allowed"]
     return None
+
+
+_SCHEMA_TYPE_WORDS = {"array": "list", "object": "mapping"}
 
 
 def _article(word: str) -> str:

@@ -1,0 +1,125 @@
+"""Invalid values files shared by render.py's tests and the chart's rejection-parity test.
+
+Each case is a whole values file, the field path the error must name, and a fragment of
+render.py's message (the chart only has to name the field).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import yaml
+
+BASE = {
+    "name": "bladetrain",
+    "image": "192.168.110.125:8443/agent/ppo_torch:3.1",
+    "script": "/code/rl/BladeTrain.py",
+    "args": ["--type", "example"],
+    "port": 25195,
+    "nodes": [
+        {"name": "192.168.110.22", "nic": "enp11s0f0", "accelerator": "ascend310p", "master": True},
+        {"name": "192.168.110.23", "nic": "enp125s0f0", "accelerator": "ascend310p"},
+        {"name": "192.168.110.24", "nic": "eno1", "accelerator": "ascend310p"},
+    ],
+}
+
+
+@dataclass(frozen=True)
+class BadCase:
+    id: str
+    text: str  # a complete values file
+    field: str  # the field path the message must name, as render.py prints it
+    fragment: str  # part of render.py's message
+
+    def __str__(self) -> str:  # pytest ids
+        return self.id
+
+
+def _case(case_id: str, field: str, fragment: str, change) -> BadCase:
+    values = yaml.safe_load(yaml.safe_dump(BASE))
+    change(values)
+    return BadCase(case_id, yaml.safe_dump(values, sort_keys=False, allow_unicode=True), field, fragment)
+
+
+def _set(path: str, value):
+    """A change that sets one dotted path, e.g. "nodes.2.nic"."""
+
+    def change(values):
+        *parents, last = [int(p) if p.isdigit() else p for p in path.split(".")]
+        target = values
+        for part in parents:
+            target = target[part]
+        target[last] = value
+
+    return change
+
+
+def _delete(path: str):
+    def change(values):
+        *parents, last = [int(p) if p.isdigit() else p for p in path.split(".")]
+        target = values
+        for part in parents:
+            target = target[part]
+        del target[last]
+
+    return change
+
+
+def _all(*changes):
+    def change(values):
+        for each in changes:
+            each(values)
+
+    return change
+
+
+BAD_CASES = [
+    _case("typo-top-level", "imagePullPolicyy", "did you mean 'imagePullPolicy'", _set("imagePullPolicyy", "Always")),
+    _case("typo-node-key", "nodes[1].nicc", "did you mean 'nic'", _set("nodes.1.nicc", "eth0")),
+    _case("missing-image", "image", "is required", _delete("image")),
+    _case("missing-script", "script", "is required", _delete("script")),
+    _case("missing-nodes", "nodes", "is required", _delete("nodes")),
+    _case("empty-nodes", "nodes", "at least 1 item", _set("nodes", [])),
+    _case("node-without-name", "nodes[1].name", "is required", _delete("nodes.1.name")),
+    _case("duplicate-node-name", "nodes[2].name", "duplicates nodes[0].name", _set("nodes.2.name", "192.168.110.22")),
+    _case("duplicate-address", "nodes[2].address", "also the address of nodes[1]", _set("nodes.2.address", "192.168.110.23")),
+    _case("two-masters", "nodes[2].master", "more than one master", _set("nodes.2.master", True)),
+    _case("port-zero", "port", "at least 1", _set("port", 0)),
+    _case("port-too-big", "port", "at most 65535", _set("port", 70000)),
+    _case("port-not-a-number", "port", "must be an integer", _set("port", "25195x")),
+    _case("devices-zero", "nodes[0].devices", "at least 1", _set("nodes.0.devices", 0)),
+    _case("devices-string", "nodes[0].devices", "must be an integer", _set("nodes.0.devices", "2")),
+    _case("nic-too-long", "nodes[2].nic", "'enp11s0f0x123456' is longer than 15 characters", _set("nodes.2.nic", "enp11s0f0x123456")),
+    _case("nic-slash", "nodes[0].nic", "is not an interface name", _set("nodes.0.nic", "eth0/1")),
+    _case("nic-space", "nodes[1].nic", "is not an interface name", _set("nodes.1.nic", "eth 0")),
+    _case("unknown-accelerator", "nodes[0].accelerator", "is not one of", _set("nodes.0.accelerator", "gpu")),
+    _case("node-name-uppercase", "nodes[1].name", "is not a Kubernetes hostname", _set("nodes.1.name", "Node_1")),
+    _case("node-name-too-long", "nodes[1].name", "longer than 63 characters", _set("nodes.1.name", "n" * 64)),
+    _case("address-underscore", "nodes[0].address", "is not an IPv4 address or a lowercase DNS name", _set("nodes.0.address", "bad_host")),
+    _case("job-name-uppercase", "name", "is not a DNS-1123 label", _set("name", "BladeTrain")),
+    _case("image-with-space", "image", "without whitespace", _set("image", "registry/image: latest")),
+    _case("argo-braces-in-args", "args[1]", "contains '{{'", _set("args", ["--type", "{{workflow.name}}"])),
+    _case("argo-braces-in-env", "env.NOTE", "contains '{{'", _set("env", {"NOTE": "a {{ b"})),
+    _case("argo-braces-in-script", "script", "contains '{{'", _set("script", "/code/{{x}}.py")),
+    _case("auto-backend-mixed-kinds", "backend", "backend: gloo", _all(_set("nodes.1.accelerator", "cpu"))),
+    _case("hccl-with-cpu-node", "backend", "hccl needs Ascend nodes", _all(_set("backend", "hccl"), _set("nodes.2.accelerator", "cpu"))),
+    _case("nccl-with-ascend", "backend", "nccl needs nvidia nodes", _set("backend", "nccl")),
+    _case("unknown-backend", "backend", "is not one of", _set("backend", "mpi")),
+    _case("reserved-env", "env.GLOO_SOCKET_IFNAME", "set by torchdag itself", _set("env", {"GLOO_SOCKET_IFNAME": "eth0"})),
+    _case("env-bad-name", "env.MY-VAR", "is not an environment variable name", _set("env", {"MY-VAR": "1"})),
+    _case("env-not-string", "env.OMP_NUM_THREADS", "must be a string", _set("env", {"OMP_NUM_THREADS": 4})),
+    _case("args-not-list", "args", "must be a list", _set("args", "--type example")),
+    _case("hccl-connect-too-short", "timeouts.hcclConnect", "at least 120", _set("timeouts", {"hcclConnect": 60})),
+    _case("rendezvous-zero", "timeouts.rendezvous", "at least 1", _set("timeouts", {"rendezvous": 0})),
+    _case("unknown-kind", "kind", "is not one of", _set("kind", "CronWorkflow")),
+    _case("bad-shm-size", "shmSize", "is not a Kubernetes quantity", _set("shmSize", "lots")),
+    _case("bad-cpu-quantity", "resources.requests.cpu", "is not a Kubernetes quantity", _set("resources", {"requests": {"cpu": "four"}})),
+    _case("volume-two-sources", "volumes[0]", "is not a volume with exactly one of hostPath and persistentVolumeClaim",
+          _set("volumes", [{"name": "data", "mountPath": "/data", "hostPath": {"path": "/d"}, "persistentVolumeClaim": {"claimName": "c"}}])),
+    _case("volume-builtin-name", "volumes[0].name", "used by torchdag itself",
+          _set("volumes", [{"name": "dshm", "mountPath": "/data", "hostPath": {"path": "/d"}}])),
+    _case("volume-relative-mount", "volumes[0].mountPath", "is not an absolute path",
+          _set("volumes", [{"name": "data", "mountPath": "data", "hostPath": {"path": "/d"}}])),
+    _case("launcher-typo", "launcher.maxRestart", "did you mean 'maxRestarts'", _set("launcher", {"maxRestart": 2})),
+    _case("preflight-empty-command", "preflight.command", "at least 1 item", _set("preflight", {"command": []})),
+]
