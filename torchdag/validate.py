@@ -155,11 +155,14 @@ def _type_name(value: Any) -> str:
 
 
 def placeholder_problems(values: Any, path: tuple = ()) -> list[Problem]:
-    """Argo substitutes `{{...}}` everywhere in a template and offers no escape (argo#8253)."""
+    """Strings no Workflow can carry: `{{` (Argo substitutes it everywhere and offers no
+    escape, argo#8253) and NUL (execve and environ end a string there)."""
     found = []
     if isinstance(values, str):
         if ARGO_OPEN in values:
             found.append(Problem(path, f"{_show(values)} contains '{{{{', which Argo would read as a placeholder and cannot escape; remove it"))
+        if "\x00" in values:
+            found.append(Problem(path, "contains a NUL character, which no process argument or environment value can carry"))
     elif isinstance(values, dict):
         for key, item in values.items():
             if isinstance(key, str) and ARGO_OPEN in key:

@@ -1,0 +1,125 @@
+"""What Argo and Kubernetes do to a rendered Workflow, for tests that check the result.
+
+- strict Argo validation with hera's models (unknown fields forbidden);
+- the Pod each DAG task becomes (parameters substituted), validated against Kubernetes'
+  strict schemas;
+- Kubernetes' $(VAR) expansion of command, args and env values.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+from typing import Any
+
+import kubernetes_validate
+
+KUBERNETES_VERSION = "1.35.0"
+
+_hera_workflow = None
+
+
+def _strict_hera_models():
+    global _hera_workflow
+    if _hera_workflow is None:
+        import hera.shared._pydantic as hera_pydantic
+
+        # Must be set before hera.workflows.models is imported, or unknown keys pass silently.
+        hera_pydantic.APIBaseModel.model_config["extra"] = "forbid"
+        from hera.workflows.models import Workflow, WorkflowTemplate
+
+        _hera_workflow = {"Workflow": Workflow, "WorkflowTemplate": WorkflowTemplate}
+    return _hera_workflow
+
+
+def validate_argo(doc: dict) -> None:
+    """Raises pydantic.ValidationError for anything Argo's API would not take."""
+    _strict_hera_models()[doc["kind"]].model_validate(doc, strict=True)
+
+
+def substitute(value: Any, parameters: dict[str, str], workflow_name: str = "wf-test") -> Any:
+    """Argo's `{{inputs.parameters.X}}` / `{{workflow.name}}` substitution over a whole template."""
+    text = json.dumps(value)
+
+    def replace(match: re.Match) -> str:
+        tag = match.group(1)
+        if tag.startswith("inputs.parameters."):
+            found = parameters[tag[len("inputs.parameters."):]]
+        elif tag == "workflow.name":
+            found = workflow_name
+        else:
+            raise KeyError(f"unresolved Argo tag {{{{{tag}}}}}")
+        return json.dumps(found)[1:-1]  # Argo inserts the JSON-escaped value
+
+    return json.loads(re.sub(r"\{\{([^{}]+)\}\}", replace, text))
+
+
+def task_pods(doc: dict) -> dict[str, dict]:
+    """Each DAG task as the Pod Argo would create for it (the main container only)."""
+    spec = doc["spec"]
+    templates = {t["name"]: t for t in spec["templates"]}
+    dag = templates[spec["entrypoint"]]["dag"]
+    pods = {}
+    for task in dag["tasks"]:
+        parameters = {p["name"]: p["value"] for p in task["arguments"]["parameters"]}
+        template = substitute(templates[task["template"]], parameters)
+        container = dict(template["container"], name="main")
+        pod_spec: dict = {"containers": [container], "restartPolicy": "Never"}
+        for key in ("affinity", "nodeSelector", "tolerations"):
+            if key in template:
+                pod_spec[key] = template[key]
+        for key in ("hostNetwork", "dnsPolicy", "securityContext", "imagePullSecrets", "serviceAccountName", "tolerations", "nodeSelector", "volumes"):
+            if key in spec and key not in pod_spec:
+                pod_spec[key] = copy.deepcopy(spec[key])
+        if "podPriorityClassName" in spec:
+            pod_spec["priorityClassName"] = spec["podPriorityClassName"]
+        metadata = {"name": f"wf-test-{task['name']}", "labels": {**spec.get("podMetadata", {}).get("labels", {}), **template.get("metadata", {}).get("labels", {})}}
+        if spec.get("podMetadata", {}).get("annotations"):
+            metadata["annotations"] = spec["podMetadata"]["annotations"]
+        pods[task["name"]] = {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": pod_spec}
+    return pods
+
+
+def validate_kubernetes(pod: dict) -> None:
+    kubernetes_validate.validate(pod, KUBERNETES_VERSION, strict=True)
+
+
+def kube_expand(text: str, env: dict[str, str]) -> str:
+    """Kubernetes' expansion (third_party/forked/golang/expansion): `$$` -> `$`, `$(NAME)` -> env[NAME]."""
+    out = []
+    cursor = 0
+    checkpoint = 0
+    while cursor < len(text):
+        if text[cursor] == "$" and cursor + 1 < len(text):
+            out.append(text[checkpoint:cursor])
+            rest = text[cursor + 1:]
+            if rest[0] == "$":
+                out.append("$")
+                advance = 1
+            elif rest[0] == "(":
+                close = rest.find(")", 1)
+                if close == -1:
+                    out.append("$(")
+                    advance = 1
+                else:
+                    name = rest[1:close]
+                    out.append(env.get(name, f"$({name})"))
+                    advance = close + 1
+            else:
+                out.append("$" + rest[0])
+                advance = 1
+            cursor += advance
+            checkpoint = cursor + 1
+        cursor += 1
+    out.append(text[checkpoint:])
+    return "".join(out)
+
+
+def container_process(container: dict) -> tuple[list[str], dict[str, str]]:
+    """argv and environment of a container after Kubernetes' expansion."""
+    env: dict[str, str] = {}
+    for item in container.get("env", []):
+        env[item["name"]] = kube_expand(item["value"], env)
+    argv = [kube_expand(word, env) for word in container.get("command", []) + container.get("args", [])]
+    return argv, env
