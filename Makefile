@@ -19,8 +19,11 @@ HELM := $(TOOLS)/bin/helm
 
 VALUES ?= examples/cluster.yaml
 OUT ?= out
+# `make smoke` runs examples/local.yaml unless VALUES is given on the command line.
+SMOKE_VALUES := $(if $(filter command line,$(origin VALUES)),$(VALUES),examples/local.yaml)
+BENCH_VENV := .venv-bench
 
-.PHONY: help setup render check test golden bench lint clean
+.PHONY: help setup render check test golden smoke chart-sync bench lint clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 14
@@ -57,8 +60,20 @@ test: $(VENV_STAMP) $(HELM) ## install everything and run the whole test suite
 golden: $(VENV_STAMP) ## regenerate tests/golden/ from examples/ and tests/cases/ (review the diff!)
 	$(PY) tests/golden.py --write
 
-bench: $(VENV_STAMP) $(HELM) ## render/helm/trainer benchmarks (numbers, not pass/fail)
+smoke: $(VENV_STAMP) ## run VALUES' rendered DAG as local processes (default examples/local.yaml)
+	$(PY) -m torchdag.localrun $(SMOKE_VALUES)
+
+chart-sync: $(VENV_STAMP) ## regenerate chart/values.yaml, chart/values.schema.json, chart/README.md from schema/
+	$(PY) tools/sync_chart.py
+
+$(BENCH_VENV)/.installed: requirements-bench.txt
+	$(PYTHON_SYS) -m venv $(BENCH_VENV)
+	$(BENCH_VENV)/bin/python -m pip install --quiet --disable-pip-version-check -r requirements-bench.txt
+	touch $@
+
+bench: $(VENV_STAMP) $(HELM) $(BENCH_VENV)/.installed ## render, helm and TorchX side by side; trainer overhead (numbers, not pass/fail)
 	HELM=$(abspath $(HELM)) $(PY) bench/bench_render.py
+	$(PY) bench/bench_trainer.py
 
 lint: $(VENV_STAMP) ## yamllint the project's own YAML
 	$(VENV)/bin/yamllint --strict examples .yamllint

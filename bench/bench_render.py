@@ -1,0 +1,130 @@
+#!/usr/bin/env python3
+"""Render benchmark: render.py, `helm template` and TorchX's offline render of the same
+N-node x 8-device job, measured in the same run. Prints a table; asserts nothing.
+
+    make bench            # or: .venv/bin/python bench/bench_render.py [--repeat 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+SIZES = (2, 64, 1024)
+DEVICES = 8
+ARGO_LIMIT = 1024 * 1024
+
+
+def values_text(nodes: int) -> str:
+    lines = [f"  - {{name: node-{i:04d}, address: 10.{i // 250}.{i % 250}.1, nic: enp189s0f0, accelerator: ascend910, devices: {DEVICES}}}"
+             for i in range(nodes)]
+    return "name: bench\nimage: registry.example.com/train:1.0\nscript: /workspace/train.py\nnodes:\n" + "\n".join(lines) + "\n"
+
+
+def run_measured(argv: list[str], stdout_path: Path | None = None) -> tuple[float, int, int]:
+    """(wall seconds, peak RSS in MiB, bytes written to stdout) of one child process."""
+    out = open(stdout_path, "wb") if stdout_path else subprocess.DEVNULL
+    start = time.perf_counter()
+    proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.PIPE, cwd=REPO)
+    _, status, usage = os.wait4(proc.pid, 0)
+    elapsed = time.perf_counter() - start
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    stderr = proc.stderr.read().decode(errors="replace")
+    if stdout_path:
+        out.close()
+    if proc.returncode != 0:
+        raise RuntimeError(f"{argv[0]} failed ({proc.returncode}): {stderr[-500:]}")
+    size = stdout_path.stat().st_size if stdout_path else 0
+    return elapsed, usage.ru_maxrss // 1024, size
+
+
+def median_run(argv, repeat, stdout_path=None, output_file=None):
+    runs = [run_measured(argv, stdout_path) for _ in range(repeat)]
+    seconds = statistics.median(r[0] for r in runs)
+    rss = max(r[1] for r in runs)
+    size = output_file.stat().st_size if output_file else runs[0][2]
+    return seconds, rss, size
+
+
+def in_process_seconds(values: Path, repeat: int) -> float:
+    """load + validate + plan + render + write inside one warm interpreter."""
+    sys.path.insert(0, str(REPO))
+    from torchdag.cli import build, write_atomically
+
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        write_atomically(values.with_suffix(".out.yaml"), build(values))
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--helm", default=os.environ.get("HELM", str(REPO / ".tools" / "bin" / "helm")))
+    parser.add_argument("--torchx", default=str(REPO / ".venv-bench" / "bin" / "torchx"))
+    args = parser.parse_args()
+    have_helm = Path(args.helm).is_file() and (REPO / "chart" / "Chart.yaml").is_file()
+    have_torchx = Path(args.torchx).is_file()
+
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="torchdag-bench-") as tmp:
+        tmp = Path(tmp)
+        for nodes in SIZES:
+            values = tmp / f"n{nodes}.yaml"
+            values.write_text(values_text(nodes))
+            out = tmp / f"n{nodes}.workflow.yaml"
+            r_sec, r_rss, r_size = median_run([sys.executable, "render.py", str(values), "-o", str(out)], args.repeat, output_file=out)
+            warm = in_process_seconds(values, args.repeat)
+            row = {"nodes": nodes, "render_s": r_sec, "render_warm_s": warm, "render_mib": r_rss, "render_bytes": r_size}
+            if have_helm:
+                h_out = tmp / f"n{nodes}.helm.yaml"
+                row.update(zip(("helm_s", "helm_mib", "helm_bytes"),
+                               median_run([args.helm, "template", "bench", "chart", "-f", str(values)], args.repeat, stdout_path=h_out)))
+            if have_torchx:
+                t_out = tmp / f"n{nodes}.torchx.txt"
+                row.update(zip(("torchx_s", "torchx_mib", "torchx_bytes"), median_run(
+                    [args.torchx, "run", "--workspace", "", "--dryrun", "-s", "kubernetes", "-cfg", "queue=default",
+                     "dist.ddp", "-j", f"{nodes}x{DEVICES}", "--script", "train.py"], args.repeat, stdout_path=t_out)))
+            rows.append(row)
+
+    print(f"Render benchmark: N nodes x {DEVICES} Ascend 910, median of {args.repeat} runs, peak RSS of the process")
+    print("render.py s = whole CLI process (interpreter start + imports + load/validate/plan/render/write); warm s = the pipeline alone\n")
+    header = f"{'nodes':>5} | {'render.py s':>11} {'warm s':>7} {'MiB':>5} {'bytes':>9} {'B/node':>6}"
+    if have_helm:
+        header += f" | {'helm s':>7} {'MiB':>5} {'bytes':>9} {'helm/py':>7}"
+    if have_torchx:
+        header += f" | {'torchx s':>8} {'MiB':>5} {'bytes':>9} {'tx/py size':>10}"
+    print(header)
+    print("-" * len(header))
+    base = rows[0]["render_bytes"]
+    for row in rows:
+        per_node = (row["render_bytes"] - base) / (row["nodes"] - SIZES[0]) if row["nodes"] > SIZES[0] else 0
+        line = f"{row['nodes']:>5} | {row['render_s']:>11.3f} {row['render_warm_s']:>7.3f} {row['render_mib']:>5} {row['render_bytes']:>9} {per_node:>6.0f}"
+        if have_helm:
+            line += f" | {row['helm_s']:>7.3f} {row['helm_mib']:>5} {row['helm_bytes']:>9} {row['helm_s'] / row['render_s']:>7.2f}"
+        if have_torchx:
+            line += f" | {row['torchx_s']:>8.3f} {row['torchx_mib']:>5} {row['torchx_bytes']:>9} {row['torchx_bytes'] / row['render_bytes']:>10.2f}"
+        print(line)
+    largest = rows[-1]
+    verdict = "under" if largest["render_bytes"] < ARGO_LIMIT else "OVER"
+    print(f"\n{largest['nodes']}-node Workflow: {largest['render_bytes']} bytes, {verdict} Argo's 1 MB limit "
+          f"(targets: <= 512 B per added node, <= 0.5 s warm pipeline)")
+    if not have_helm:
+        print("helm template: skipped (no chart/ or helm binary; run through `make bench`)")
+    if not have_torchx:
+        print("torchx: skipped (run through `make bench`, which installs it into .venv-bench)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
