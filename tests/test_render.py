@@ -294,3 +294,11 @@ def test_warns_about_nodes_without_nic(tmp_path):
     result = subprocess.run([sys.executable, str(REPO / "render.py"), str(values), "--check"], capture_output=True, text=True)
     assert result.returncode == 0
     assert "nodes[1].nic: not set" in result.stderr and "nodes[0]" not in result.stderr
+
+
+@pytest.mark.parametrize("text", ["a: [", "---\na: 1\n---\nb: 2\n", "- 1\n", "kind: Pod\nspec: {}\n"])
+def test_parse_back_refuses_what_is_not_one_workflow(text):
+    from torchdag.render import RenderBug, check_document
+
+    with pytest.raises(RenderBug):
+        check_document(text)
