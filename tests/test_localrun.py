@@ -1,0 +1,384 @@
+"""torchdag.localrun: the rendered Workflow's DAG run as local processes (make smoke).
+
+Real torchrun jobs on 127.0.0.1 (2 nodes x 2 processes, a few dozen steps), a node
+killed mid-run, refusal of GPU/NPU nodes, substitution and $(VAR) expansion, and the
+Workflow's own timeouts bounding a hang when nothing stops the survivors.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from string import Template
+
+import pytest
+import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from torchdag.cli import build
+from torchdag.localrun import (
+    EXIT_REFUSED,
+    LocalRunError,
+    Options,
+    Supervisor,
+    load_workflow,
+    local_devices,
+    prepare,
+    summary_lines,
+)
+from torchdag.localrun_expand import UnresolvedTag, argo_substitute, kube_container_env, kube_expand
+from torchdag.yamlout import kube_escape
+
+REPO = Path(__file__).resolve().parent.parent
+LOCAL = REPO / "examples" / "local.yaml"
+ENV = dict(os.environ, OMP_NUM_THREADS="1")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def values_with(tmp_path: Path, name: str = "values.yaml", **changes) -> Path:
+    """examples/local.yaml with top-level keys replaced."""
+    values = yaml.safe_load(LOCAL.read_text())
+    values.update(changes)
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump(values))
+    return path
+
+
+class Run:
+    """`python -m torchdag.localrun ...` in the background, its output collected by line."""
+
+    def __init__(self, *args: str):
+        self.lines: list[str] = []
+        self._queue: queue.Queue = queue.Queue()
+        self.proc = subprocess.Popen([sys.executable, "-m", "torchdag.localrun", *args], cwd=REPO, env=ENV,
+                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        for line in self.proc.stdout:
+            self._queue.put(line.rstrip("\n"))
+        self._queue.put(None)
+
+    def wait_for(self, predicate, timeout: float) -> str:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                line = self._queue.get(timeout=0.2)
+            except queue.Empty:
+                continue
+            if line is None:
+                break
+            self.lines.append(line)
+            if predicate(line):
+                return line
+        self.finish(5)
+        pytest.fail("never printed the awaited line; output:\n" + "\n".join(self.lines[-40:]))
+
+    def finish(self, timeout: float) -> int:
+        try:
+            rc = self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.send_signal(signal.SIGTERM)  # the runner stops its trees on SIGTERM
+            self.proc.wait(timeout=30)
+            pytest.fail(f"localrun still running after {timeout} s; output:\n" + "\n".join(self.lines[-40:]))
+        while (line := self._queue.get(timeout=5)) is not None:
+            self.lines.append(line)
+        return rc
+
+    @property
+    def text(self) -> str:
+        return "\n".join(self.lines)
+
+
+def processes_with(fragment: str) -> list[int]:
+    """Live processes whose command line holds fragment (leftovers of a run)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and int(entry.name) != os.getpid():
+            try:
+                cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+                state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+            except OSError:
+                continue
+            if fragment in cmdline and state != "Z":
+                found.append(int(entry.name))
+    return found
+
+
+# ---------------------------------------------------------------- end to end
+
+
+def test_smoke_local_example_exits_0_with_a_summary():
+    port = free_port()
+    run = Run(str(LOCAL), "--port", str(port), "--timeout", "150")
+    rc = run.finish(170)
+    text = run.text
+    assert rc == 0, text[-3000:]
+    assert "[node-0] [trainer] step 40/40 loss" in text
+    summary = text[text.index("[localrun] summary of local-smoke-"):].splitlines()
+    assert summary[1].split()[1:5] == ["node-0", "ok", "exit", "0"], summary
+    assert summary[2].split()[1:5] == ["node-1", "ok", "exit", "0"], summary
+    assert "last loss: [trainer]" in summary[1] and " loss " in summary[1]
+    assert summary[-1] == "[localrun] result: every task exited 0"
+    # The mappings are said, not silent.
+    assert "[localrun] node-1: master address 198.18.0.1 -> 127.0.0.1" in text
+    assert "[localrun] node-1: GLOO_SOCKET_IFNAME eno1 -> lo" in text
+    assert f"[localrun] node-0: path /opt/torchdag/trainer/train.py -> {REPO}/trainer/train.py" in text
+    assert "node affinity kubernetes.io/hostname=node-a ignored" in text
+
+
+def test_killing_one_node_ends_the_run_naming_it(tmp_path):
+    port = free_port()
+    values = values_with(tmp_path, args=["--type", "example", "--max-steps", "100000", "--log-every", "10"])
+    run = Run(str(values), "--port", str(port), "--timeout", "150")
+    pid_line = run.wait_for(lambda line: line.startswith("[localrun] node-1: pid "), 30)
+    pid = int(pid_line.split()[3].rstrip(":"))
+    run.wait_for(lambda line: line.startswith("[node-0] [trainer] step 10/"), 90)
+    os.kill(pid, signal.SIGKILL)  # the node's torchrun agent; its workers live in other sessions
+    killed = time.monotonic()
+    rc = run.finish(60)
+    took = time.monotonic() - killed
+    text = run.text
+    assert rc == 1, text[-3000:]
+    assert took < 60, took
+    assert "[localrun] node-1 failed first (killed by SIGKILL" in text
+    summary = text[text.index("[localrun] summary of "):].splitlines()
+    assert summary[1].split()[1:3] == ["node-0", "stopped"], summary
+    assert summary[2].split()[1:3] == ["node-1", "FAILED"], summary
+    # Orphaned workers of the killed agent included: nothing of the run is left.
+    assert processes_with(f"--master_port={port}") == []
+    assert processes_with(str(values)) == []
+
+
+@pytest.mark.parametrize("example, kind", [("nvidia.yaml", "cuda"), ("cluster.yaml", "npu")])
+def test_gpu_and_npu_nodes_are_refused_without_cpu(example, kind):
+    if local_devices(kind):
+        pytest.skip(f"this machine has {kind} devices")
+    proc = subprocess.run([sys.executable, "-m", "torchdag.localrun", f"examples/{example}"], cwd=REPO, env=ENV,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == EXIT_REFUSED, proc.stderr
+    label = {"cuda": "NVIDIA GPU", "npu": "Ascend NPU"}[kind]
+    assert proc.stderr.startswith("localrun: refused: node-0, node-1: need "), proc.stderr
+    assert proc.stderr.count("\n") == 2  # and the unmapped script, on a line of its own
+    assert label in proc.stderr and "run with --cpu" in proc.stderr
+    assert proc.stdout == ""  # nothing started
+
+
+def test_cpu_flag_runs_ascend_nodes_on_cpu(tmp_path):
+    values = values_with(
+        tmp_path,
+        args=["--type", "example", "--max-steps", "20", "--log-every", "10"],
+        nodes=[{"name": "atlas-a", "address": "198.18.0.1", "nic": "enp189s0f0", "accelerator": "ascend910", "devices": 1},
+               {"name": "atlas-b", "address": "198.18.0.2", "nic": "enp189s0f0", "accelerator": "ascend910", "devices": 1}],
+    )
+    assert not Path("/usr/local/Ascend/ascend-toolkit/set_env.sh").exists()
+    run = Run(str(values), "--cpu", "--port", str(free_port()), "--timeout", "120")
+    rc = run.finish(140)
+    text = run.text
+    assert rc == 0, text[-3000:]
+    for note in ("dropped the set_env wrapper: /usr/local/Ascend/ascend-toolkit/set_env.sh does not exist here",
+                 "TORCHDAG_DEVICE npu -> cpu (--cpu)", "TORCHDAG_BACKEND hccl -> gloo (--cpu)",
+                 "HCCL_IF_IP 198.18.0.2 -> 127.0.0.1", "HCCL_SOCKET_IFNAME =enp189s0f0 -> =lo"):
+        assert f"[localrun] node-1: {note}" in text
+    assert "[node-0] [trainer] step 20/20 loss" in text
+
+
+def test_cpu_flag_mapping_of_the_mixed_example():
+    _, tasks = prepare(load_workflow(str(REPO / "examples" / "mixed-gloo.yaml")), Options(cpu=True))
+    npu, gpu, cpu = tasks
+    assert npu.argv[0] == "torchrun" and gpu.argv[0] == "torchrun"
+    assert dict(npu.env)["TORCHDAG_DEVICE"] == dict(gpu.env)["TORCHDAG_DEVICE"] == "cpu"
+    assert dict(gpu.env)["NCCL_SOCKET_IFNAME"] == "=lo"
+    # nic: auto goes to the preflight, which resolves it here (to lo, the route to 127.0.0.1).
+    assert cpu.argv[:2] == ["python3", f"{REPO}/trainer/preflight.py"]
+    assert "--nic=auto" in cpu.argv and "--master-addr=127.0.0.1" in cpu.argv
+    assert "--master_addr=127.0.0.1" in cpu.argv
+
+
+def test_unmapped_script_is_refused_with_the_flag_to_use():
+    with pytest.raises(LocalRunError, match=r"/code/rl/BladeTrain.py does not exist here; map .* --map SRC=DST"):
+        prepare(load_workflow(str(REPO / "examples" / "cluster.yaml")), Options(cpu=True))
+
+
+# ---------------------------------------------------------------- the Workflow bounds a hang by itself
+
+
+def bound_values(tmp_path: Path) -> Path:
+    return values_with(tmp_path, args=["--type", "example", "--max-steps", "100000", "--log-every", "10"],
+                       port=free_port(), timeouts={"rendezvous": 5, "processGroup": 5})
+
+
+def run_without_gang_stop(tmp_path, only=(), freeze_at=None):
+    """Supervise the job with gang stop off (as Argo: nothing stops the survivors);
+    optionally freeze node-1 (SIGSTOP: a hung host, no connection reset) once node-0
+    logs freeze_at. Returns (node-0's exit code, seconds from the event to its exit)."""
+    workflow, tasks = prepare(load_workflow(str(bound_values(tmp_path))), Options(only=list(only)))
+    event = {}
+    lines = []
+
+    def on_line(name, line):
+        lines.append(f"[{name}] {line}")
+        if freeze_at and name == "node-0" and freeze_at in line and "at" not in event:
+            supervisor.signal_task("node-1", signal.SIGSTOP)
+            event["at"] = time.monotonic()
+
+    class Sink:  # keep pytest's output readable; lines are kept above
+        def write(self, text):
+            pass
+
+        def flush(self):
+            pass
+
+    supervisor = Supervisor(workflow, tasks, out=Sink(), gang_stop=False, timeout=90, on_line=on_line, base_env=ENV)
+    done = {}
+
+    def watch():
+        while supervisor.results["node-0"].returncode is None and not done:
+            time.sleep(0.05)
+        done["at"] = time.monotonic()
+        supervisor.request_stop("test over")  # the frozen node would never end on its own
+
+    started = time.monotonic()
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    outcome = supervisor.run()
+    done.setdefault("at", time.monotonic())
+    watcher.join(5)
+    result = supervisor.results["node-0"]
+    assert not outcome.timed_out, "\n".join(lines[-30:])
+    return result.returncode, done["at"] - event.get("at", started), "\n".join(lines)
+
+
+def test_without_gang_stop_a_hung_peer_fails_the_survivor_within_the_pg_timeout(tmp_path):
+    rc, took, text = run_without_gang_stop(tmp_path, freeze_at="step 20/")
+    assert rc not in (0, None), text[-3000:]
+    assert took < 5 + 15, took  # timeouts.processGroup: 5
+    assert "Timed out waiting 5000ms" in text
+
+
+def test_without_gang_stop_a_missing_peer_fails_the_master_within_the_rendezvous_timeout(tmp_path):
+    rc, took, text = run_without_gang_stop(tmp_path, only=["node-0"])
+    assert rc not in (0, None), text[-3000:]
+    assert took < 5 + 15, took  # timeouts.rendezvous: 5
+    assert "1/2 clients joined" in text
+
+
+# ---------------------------------------------------------------- substitution and $(VAR) expansion
+
+
+def test_kube_expand_rules():
+    env = {"A": "alpha", "EMPTY": ""}.get
+    cases = {
+        "$$": "$", "$$(A)": "$(A)", "$(A)": "alpha", "x$(A)y": "xalphay", "$(EMPTY)": "",
+        "$(NOPE)": "$(NOPE)", "$(A": "$(A", "$": "$", "a$": "a$", "$x": "$x", "$()": "$()",
+        "$$$(A)": "$alpha", "$$$$": "$$", "$(A)$(A)": "alphaalpha", "$((A))": "$((A))",
+        "$(A) $HOME ${A}": "alpha $HOME ${A}",
+    }
+    for raw, expanded in cases.items():
+        assert kube_expand(raw, env) == expanded, raw
+    # Go appends string(byte) after a lone `$`: a non-ASCII lead byte becomes a code point.
+    assert kube_expand("$é", env).encode("utf-8", "surrogateescape") == b"$\xc3\x83\xa9"
+
+
+def test_kube_env_sees_only_earlier_entries():
+    env = kube_container_env([("A", "a"), ("B", "$(A)-$(C)"), ("C", "c"), ("A", "A2 $(A)")])
+    assert env == [("A", "a"), ("B", "a-$(C)"), ("C", "c"), ("A", "A2 a")]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(), st.dictionaries(st.text(st.characters(blacklist_characters=")"), min_size=1), st.text(), max_size=3))
+def test_escaped_strings_survive_expansion_byte_exact(value, env):
+    # render.py writes every user string through kube_escape; expansion must undo exactly that.
+    assert kube_expand(kube_escape(value), env.get) == value
+
+
+def test_argo_substitution_is_single_pass_and_strict():
+    scope = {"inputs.parameters.a": "{{inputs.parameters.b}}", "inputs.parameters.b": "B", "workflow.name": "wf"}
+    assert argo_substitute("x{{inputs.parameters.a}}y", scope) == "x{{inputs.parameters.b}}y"
+    assert argo_substitute("{{ workflow.name }}/{{workflow.name}}", scope) == "wf/wf"
+    with pytest.raises(UnresolvedTag, match=r"failed to resolve \{\{inputs.parameters.zz\}\}"):
+        argo_substitute("{{inputs.parameters.zz}}", scope)
+
+
+def test_workflow_variables_and_parameters_are_substituted():
+    doc = yaml.safe_load(build(LOCAL))
+    doc["metadata"]["namespace"] = "team"
+    doc["spec"]["arguments"] = {"parameters": [{"name": "steps", "value": "7"}]}
+    task = doc["spec"]["templates"][0]["dag"]["tasks"][1]
+    task["arguments"]["parameters"][2]["value"] = "{{workflow.parameters.steps}}"  # nic, before the NIC mapping
+    container = doc["spec"]["templates"][1]["container"]
+    container["env"].append({"name": "WHERE", "value": "{{workflow.name}}@{{workflow.namespace}}"})
+    container["env"].append({"name": "RANK_TAG", "value": "r$(TORCHDAG_DEVICE){{inputs.parameters.node-rank}}"})
+    container["args"].append("{{workflow.parameters.steps}}")
+    workflow, tasks = prepare(doc, Options(nic=None))
+    assert workflow.startswith("local-smoke-") and len(workflow) == len("local-smoke-") + 5
+    env = dict(tasks[1].env)
+    assert env["WHERE"] == f"{workflow}@team"
+    assert env["RANK_TAG"] == "rcpu1"
+    assert env["GLOO_SOCKET_IFNAME"] == "7"
+    assert tasks[1].argv[-1] == "7"
+    assert "--node_rank=1" in tasks[1].argv and "--node_rank=0" in tasks[0].argv
+    del doc["spec"]["arguments"]
+    with pytest.raises(LocalRunError, match=r"node-0: failed to resolve \{\{workflow.parameters.steps\}\}"):
+        prepare(doc, Options())
+
+
+def test_hostile_strings_reach_the_script_byte_exact(tmp_path):
+    """tests/cases/hostile-strings.yaml run for real: a stand-in script (at the mapped
+    image path) records what it received under torchrun."""
+    values = yaml.safe_load((REPO / "tests" / "cases" / "hostile-strings.yaml").read_text())
+    script = tmp_path / "code" / "my script; rm -rf ~.py"
+    script.parent.mkdir()
+    record = tmp_path / "received"
+    script.write_text(
+        "import json, os, sys\n"
+        f"path = {str(record)!r} + os.environ['GROUP_RANK']\n"
+        "json.dump({'argv': sys.argv[1:], 'GREETING': os.environ['GREETING'], 'MULTILINE': os.environ['MULTILINE']},"
+        " open(path, 'w'))\n"
+    )
+    port = free_port()
+    run = Run(str(REPO / "tests" / "cases" / "hostile-strings.yaml"), "--map", f"/code={tmp_path / 'code'}",
+              "--port", str(port), "--timeout", "90")
+    rc = run.finish(110)
+    assert rc == 0, run.text[-3000:]
+    assert "workingDir /work dir/with: colon does not exist here" in run.text
+    _, tasks = prepare(load_workflow(str(REPO / "tests" / "cases" / "hostile-strings.yaml")),
+                       Options(maps=[("/code", str(tmp_path / "code"))]))
+    for rank, task in enumerate(tasks):
+        got = json.loads((tmp_path / f"received{rank}").read_text())
+        handed = task.argv[task.argv.index(str(script)) + 1:]  # what the container gives torchrun
+        # torchrun passes every script argument through string.Template(arg).safe_substitute(
+        # local_rank=N) (its ${local_rank} macro), which also turns $$ into $.
+        assert got["argv"] == [Template(arg).safe_substitute(local_rank="0") for arg in handed]
+        assert got["GREETING"] == values["env"]["GREETING"]
+        assert got["MULTILINE"] == values["env"]["MULTILINE"]
+    if got["argv"] != values["args"]:
+        pytest.xfail("torchrun's ${local_rank} macro rewrites $$ to $ in script args, so "
+                     f"{values['args'][3]!r} arrives as {got['argv'][3]!r}: render.py does not escape it (reported)")
+
+
+def test_summary_names_the_first_failure():
+    from torchdag.localrun import Outcome, TaskResult
+
+    outcome = Outcome("wf-x", [TaskResult("node-0", pid=1, returncode=1, started=0, ended=3, stopped_by_runner="node-1 failed"),
+                               TaskResult("node-1", pid=2, returncode=-9, started=0, ended=2)],
+                      first_failure="node-1", elapsed=3)
+    lines = summary_lines(outcome)
+    assert lines[1].split()[:4] == ["node-0", "stopped", "exit", "1"]
+    assert lines[2].split()[:5] == ["node-1", "FAILED", "killed", "by", "SIGKILL"]
+    assert lines[3] == "node-1 failed first (killed by SIGKILL after 2.0 s); stopped by the runner: node-0"
+    assert outcome.code == 1
