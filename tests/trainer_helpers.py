@@ -1,0 +1,128 @@
+"""Process helpers shared by the trainer tests: real torchrun "nodes" on 127.0.0.1."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+TRAIN = ROOT / "trainer" / "train.py"
+PREFLIGHT = ROOT / "trainer" / "preflight.py"
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    """Environment for a child: one thread per process (2 cores), unbuffered
+    output, and none of the launcher/torchdag variables of the outer shell."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("TORCHDAG_", "GLOO_", "NCCL_", "HCCL_"))
+           and k not in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR",
+                         "MASTER_PORT", "GROUP_RANK", "ROLE_RANK", "TORCHELASTIC_RUN_ID")}
+    env.update(OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+    env.update(extra)
+    return env
+
+
+def torchrun_cmd(node_rank: int, nnodes: int, nproc: int, port: int, train_args: list[str],
+                 launcher_args: list[str] = (), legacy: bool = False) -> list[str]:
+    if legacy:
+        # torch.distributed.launch: underscore flags, passes --local-rank=N.
+        return [sys.executable, "-m", "torch.distributed.launch", f"--nnodes={nnodes}",
+                f"--node_rank={node_rank}", f"--nproc_per_node={nproc}", "--master_addr=127.0.0.1",
+                f"--master_port={port}", *launcher_args, str(TRAIN), *train_args]
+    return [sys.executable, "-m", "torch.distributed.run", f"--nnodes={nnodes}", f"--node-rank={node_rank}",
+            f"--nproc-per-node={nproc}", "--master-addr=127.0.0.1", f"--master-port={port}",
+            *launcher_args, str(TRAIN), *train_args]
+
+
+def start(cmd: list[str], log_path: Path, env: dict[str, str] | None = None, cwd: Path | None = None):
+    log = open(log_path, "wb")
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env or clean_env(),
+                            cwd=cwd, start_new_session=True)
+    proc.log_path = log_path  # type: ignore[attr-defined]
+    log.close()
+    return proc
+
+
+def children(pid: int) -> list[int]:
+    """All descendants of pid, from /proc (torchrun puts its workers in
+    sessions of their own, so a process-group kill would miss them)."""
+    parent_of = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        # The command name may contain spaces; fields after ')' are fixed.
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        parent_of[int(entry)] = ppid
+    found, frontier = [], [pid]
+    while frontier:
+        p = frontier.pop()
+        kids = [c for c, pp in parent_of.items() if pp == p]
+        found.extend(kids)
+        frontier.extend(kids)
+    return found
+
+
+def signal_node(proc, sig: int) -> list[int]:
+    """Send sig to a torchrun agent and every process under it (a whole "node")."""
+    pids = [proc.pid, *children(proc.pid)]
+    for pid in pids:
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            pass
+    return pids
+
+
+def kill_node(proc) -> None:
+    signal_node(proc, signal.SIGKILL)
+    proc.wait(timeout=30)
+
+
+def reap(*procs) -> None:
+    """Leave nothing behind, whatever the test's outcome."""
+    for p in procs:
+        if p is not None and p.poll() is None:
+            signal_node(p, signal.SIGCONT)
+            signal_node(p, signal.SIGKILL)
+            try:
+                p.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                pass
+
+
+def output(proc) -> str:
+    return Path(proc.log_path).read_text(errors="replace")
+
+
+def wait_all(procs, timeout: float) -> list[int]:
+    deadline = time.monotonic() + timeout
+    codes = []
+    for p in procs:
+        try:
+            codes.append(p.wait(timeout=max(0.1, deadline - time.monotonic())))
+        except subprocess.TimeoutExpired:
+            reap(*procs)
+            raise AssertionError(
+                f"timed out after {timeout}s; logs:\n" + "\n".join(output(q)[-3000:] for q in procs)) from None
+    return codes
+
+
+def read_json(path: Path) -> dict:
+    return json.loads(Path(path).read_text())

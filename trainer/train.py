@@ -1,0 +1,338 @@
+#!/usr/bin/env python3
+"""torchdag training entry point.
+
+    torchrun --nnodes=2 --node-rank=R --nproc-per-node=N \
+        --master-addr=ADDR --master-port=PORT trainer/train.py --type example --max-steps 50
+
+Ranks come from torchrun's environment; device and backend from
+trainer/device.py; see docs/trainer.md for every flag and variable.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+if __package__ in (None, ""):
+    # Run as a script path (torchrun trainer/train.py): Python put trainer/
+    # itself on sys.path, where our module names (config, device, ...) could
+    # shadow other packages' imports.  Put the directory above it there
+    # instead, so `import trainer.x` works from any working directory.
+    _here = os.path.dirname(os.path.abspath(__file__))
+    if sys.path and sys.path[0] and os.path.abspath(sys.path[0]) == _here:
+        sys.path[0] = os.path.dirname(_here)
+    else:
+        sys.path.insert(0, os.path.dirname(_here))
+
+# A torch_npu wheel on a host without CANN makes `import torch` itself raise
+# through torch's backend autoload; we import torch_npu ourselves, guarded, in
+# trainer/device.py.  An explicit setting by the user wins.
+os.environ.setdefault("TORCH_DEVICE_BACKEND_AUTOLOAD", "0")
+
+import datetime  # noqa: E402
+import json  # noqa: E402
+import time  # noqa: E402
+import traceback  # noqa: E402
+
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+from torch.nn.parallel import DistributedDataParallel as DDP  # noqa: E402
+from torch.utils.data import Dataset, DistributedSampler  # noqa: E402
+
+from trainer import checkpoint, scatter_reduce  # noqa: E402
+from trainer.config import Config, LaunchError, Ranks, parse_config, ranks_from_env  # noqa: E402
+from trainer.device import DeviceError, Placement, resolve  # noqa: E402
+from trainer.mixed import CpuBucketGradSync  # noqa: E402
+
+
+class SimpleNet(torch.nn.Module):
+    """The write-up's model: 10 -> hidden -> 10."""
+
+    def __init__(self, hidden: int = 50):
+        super().__init__()
+        self.fc1 = torch.nn.Linear(10, hidden)
+        self.relu = torch.nn.ReLU()
+        self.fc2 = torch.nn.Linear(hidden, 10)
+
+    def forward(self, x):
+        return self.fc2(self.relu(self.fc1(x)))
+
+
+class SyntheticRegression(Dataset):
+    """Inputs x ~ N(0, 1)^10 and targets of a fixed random teacher
+    y = x W + 0.1 sin(3 x V): the same on every rank for a given seed,
+    learnable by SimpleNet (its loss can fall far below the initial ~1)."""
+
+    def __init__(self, size: int, seed: int):
+        g = torch.Generator().manual_seed(seed + 10_007)  # independent of the model-init stream
+        self.x = torch.randn(size, 10, generator=g)
+        w = torch.randn(10, 10, generator=g) / 10 ** 0.5
+        v = torch.randn(10, 10, generator=g) / 10 ** 0.5
+        self.y = self.x @ w + 0.1 * torch.sin(3 * self.x @ v)
+
+    def __len__(self):
+        return self.x.shape[0]
+
+    def __getitem__(self, i):
+        return self.x[i], self.y[i]
+
+
+class Trainer:
+    def __init__(self, cfg: Config, ranks: Ranks, place: Placement):
+        self.cfg, self.ranks, self.place = cfg, ranks, place
+        self.rank = ranks.rank
+        # gloo collectives take CPU tensors; hccl/nccl take device tensors.
+        self.comm_device = place.device if place.backend in ("hccl", "nccl") else torch.device("cpu")
+
+    def log(self, msg: str) -> None:
+        if self.rank == 0:
+            print(f"[trainer] {msg}", flush=True)
+
+    def _global_mean(self, value: torch.Tensor) -> float:
+        t = value.detach().reshape(1).to(self.comm_device, dtype=torch.float32)
+        dist.all_reduce(t)
+        return t.item() / self.ranks.world_size
+
+    def _choose_grad_sync(self) -> str:
+        cfg, place = self.cfg, self.place
+        if place.backend != "gloo":
+            if cfg.grad_sync == "cpu-buckets":
+                raise DeviceError("--grad-sync cpu-buckets needs backend gloo")
+            return "ddp"
+        if cfg.grad_sync == "ddp" and place.kind == "npu":
+            raise DeviceError("DDP over gloo cannot take NPU tensors; use --grad-sync auto or cpu-buckets")
+        # Every rank must take the same path, and only together do the ranks
+        # know whether any of them computes on an accelerator.
+        seen = [None] * self.ranks.world_size
+        dist.all_gather_object(seen, (place.kind, cfg.grad_sync))
+        kinds = [k for k, _ in seen]
+        modes = {m for _, m in seen}
+        if len(modes) != 1:
+            raise DeviceError(f"ranks disagree on --grad-sync: {sorted(modes)}")
+        counts = ", ".join(f"{k}x{kinds.count(k)}" for k in sorted(set(kinds)))
+        mode = cfg.grad_sync
+        if mode == "auto":
+            mode = "ddp" if all(k == "cpu" for k in kinds) else "cpu-buckets"
+        self.log(f"devices in job: {counts}; gradient sync: {mode}")
+        return mode
+
+    def run_example(self) -> int:
+        cfg, ranks, dev = self.cfg, self.ranks, self.place.device
+        data = SyntheticRegression(cfg.dataset_size, cfg.seed)
+        sampler = DistributedSampler(data, num_replicas=ranks.world_size, rank=ranks.rank,
+                                     shuffle=True, seed=cfg.seed, drop_last=True)
+        steps_per_epoch = len(sampler) // cfg.batch_size
+        if steps_per_epoch < 1:
+            raise LaunchError(
+                f"--dataset-size {cfg.dataset_size} gives {len(sampler)} samples per rank, "
+                f"fewer than --batch-size {cfg.batch_size}")
+        total = steps_per_epoch * cfg.epochs if cfg.epochs is not None else cfg.max_steps
+        if cfg.max_steps is not None:
+            total = min(total, cfg.max_steps)
+        x_all, y_all = data.x.to(dev), data.y.to(dev)
+
+        torch.manual_seed(cfg.seed)  # identical initial weights on every rank
+        model = SimpleNet(cfg.hidden).to(dev)
+        opt = torch.optim.SGD(model.parameters(), lr=cfg.lr, momentum=cfg.momentum)
+        loss_fn = torch.nn.MSELoss()
+
+        step, first_loss, resumed_from = 0, None, None
+        if cfg.checkpoint_dir:
+            step, first_loss, resumed_from = self._resume(model, opt)
+        mode = self._choose_grad_sync()
+        if mode == "ddp":
+            # DDP broadcasts rank 0's weights on construction.
+            net = DDP(model, device_ids=[dev] if dev.type != "cpu" else None)
+            grad_sync = None
+        else:
+            net = model
+            grad_sync = CpuBucketGradSync(model, dev, cfg.bucket_mb)
+            grad_sync.broadcast_parameters(src=0)
+
+        self.log(f"training: world_size {ranks.world_size}, backend {self.place.backend}, device {dev} "
+                 f"({self.place.source}), {steps_per_epoch} steps/epoch, steps {step}->{total}"
+                 + (f", parameter {cfg.parameter!r}" if cfg.parameter is not None else ""))
+        final_loss = None
+        start_step = step
+        t0 = time.perf_counter()
+        epoch, skip = divmod(step, steps_per_epoch)
+        while step < total:
+            sampler.set_epoch(epoch)  # same shuffle on every rank, new each epoch
+            order = torch.tensor(list(iter(sampler)), dtype=torch.long, device=dev)
+            for b in range(skip, steps_per_epoch):
+                if step >= total:
+                    break
+                idx = order[b * cfg.batch_size:(b + 1) * cfg.batch_size]
+                x, y = x_all[idx], y_all[idx]
+                opt.zero_grad(set_to_none=True)
+                loss = loss_fn(net(x), y)
+                loss.backward()
+                if grad_sync is not None:
+                    grad_sync.sync()
+                opt.step()
+                step += 1
+                # Every rank knows these step numbers, so the loss all-reduce
+                # is a collective they all join; other steps pay no extra sync.
+                last = step == total
+                if step == start_step + 1 or last or (cfg.log_every and step % cfg.log_every == 0):
+                    mean = self._global_mean(loss)
+                    if first_loss is None:
+                        first_loss = mean
+                    if last:
+                        final_loss = mean
+                    rate = (step - start_step) * cfg.batch_size * ranks.world_size / (time.perf_counter() - t0)
+                    self.log(f"step {step}/{total} loss {mean:.6f} samples/s {rate:.0f}")
+                if cfg.checkpoint_dir and (last or (cfg.checkpoint_every and step % cfg.checkpoint_every == 0)):
+                    self._save(model, opt, step, first_loss)
+            epoch, skip = epoch + 1, 0
+        elapsed = time.perf_counter() - t0
+        done = step - start_step
+
+        if cfg.params_file:
+            torch.save({k: v.detach().cpu() for k, v in model.state_dict().items()},
+                       f"{cfg.params_file}.rank{ranks.rank}")
+        metrics = {
+            "type": cfg.type,
+            "world_size": ranks.world_size,
+            "backend": self.place.backend,
+            "device": self.place.kind,
+            "grad_sync": mode,
+            "steps": step,
+            "steps_this_run": done,
+            "resumed_from_step": resumed_from,
+            "first_loss": first_loss,
+            "final_loss": final_loss,
+            "batch_size": cfg.batch_size,
+            "elapsed_seconds": elapsed,
+            "steps_per_second": done / elapsed if done else 0.0,
+            "samples_per_second": done * cfg.batch_size * ranks.world_size / elapsed if done else 0.0,
+            "parameter": cfg.parameter,
+        }
+        if grad_sync is not None and grad_sync.calls:
+            metrics["grad_sync_seconds_per_step"] = grad_sync.seconds / grad_sync.calls
+        self._write_metrics(metrics)
+        self.log(f"done: {step} steps, loss {first_loss} -> {final_loss}")
+        return 0
+
+    def _resume(self, model, opt):
+        """Rank 0 loads the newest complete checkpoint and broadcasts it, so
+        the checkpoint directory need only be visible where rank 0 runs."""
+        box = [None]
+        if self.rank == 0:
+            box[0] = checkpoint.load_newest(self.cfg.checkpoint_dir, log=self.log)
+        dist.broadcast_object_list(box, src=0)
+        payload = box[0]
+        if payload is None:
+            self.log(f"no checkpoint in {self.cfg.checkpoint_dir}; starting at step 0")
+            return 0, None, None
+        model.load_state_dict(payload["model"])
+        opt.load_state_dict(payload["optimizer"])  # moves optimizer state to the params' device
+        rngs = payload.get("rng") or []
+        if len(rngs) == self.ranks.world_size:
+            checkpoint.set_rng_state(rngs[self.rank], self.place.device)
+        else:
+            self.log(f"checkpoint has RNG state for {len(rngs)} ranks, job has {self.ranks.world_size}; "
+                     "RNG streams restart from the seed")
+        self.log(f"resumed from checkpoint {payload['path']} at step {payload['step']}")
+        return payload["step"], payload.get("first_loss"), payload["step"]
+
+    def _save(self, model, opt, step, first_loss):
+        # RNG state differs per rank, so it is gathered; the weights and the
+        # optimizer state are identical on all ranks and come from rank 0.
+        rngs = [None] * self.ranks.world_size
+        dist.all_gather_object(rngs, checkpoint.rng_state(self.place.device))
+        if self.rank != 0:
+            return
+        payload = {
+            "step": step,
+            "model": {k: v.detach().cpu() for k, v in model.state_dict().items()},
+            "optimizer": _to_cpu(opt.state_dict()),
+            "rng": rngs,
+            "first_loss": first_loss,
+            "world_size": self.ranks.world_size,
+            "config": {"seed": self.cfg.seed, "batch_size": self.cfg.batch_size,
+                       "dataset_size": self.cfg.dataset_size, "hidden": self.cfg.hidden},
+        }
+        path = checkpoint.save(self.cfg.checkpoint_dir, step, payload, self.cfg.keep_checkpoints)
+        self.log(f"checkpoint {path}")
+
+    def run_scatter_reduce(self) -> int:
+        cfg = self.cfg
+        t0 = time.perf_counter()
+        ok = scatter_reduce.run(self.rank, self.ranks.world_size, self.place.device, self.place.backend,
+                                cfg.rounds, cfg.array_size, cfg.seed, cfg.scatter_reduce_fault_rank, self.log)
+        self._write_metrics({
+            "type": cfg.type, "world_size": self.ranks.world_size, "backend": self.place.backend,
+            "device": self.place.kind, "rounds": cfg.rounds, "array_size": cfg.array_size, "ok": ok,
+            "elapsed_seconds": time.perf_counter() - t0, "parameter": cfg.parameter,
+        })
+        if not ok:
+            print(f"[trainer] rank {self.rank}: scatter-reduce result differs from the serial computation",
+                  file=sys.stderr, flush=True)
+        return 0 if ok else 1
+
+    def _write_metrics(self, metrics: dict) -> None:
+        if self.rank != 0 or not self.cfg.metrics_file:
+            return
+        path = self.cfg.metrics_file
+        tmp = f"{path}.tmp{os.getpid()}"
+        with open(tmp, "w") as f:
+            json.dump(metrics, f, indent=2)
+            f.write("\n")
+        os.replace(tmp, path)
+
+
+def _to_cpu(obj):
+    if isinstance(obj, torch.Tensor):
+        return obj.detach().cpu()
+    if isinstance(obj, dict):
+        return {k: _to_cpu(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_to_cpu(v) for v in obj)
+    return obj
+
+
+def run(argv: list[str] | None = None) -> int:
+    cfg = parse_config(argv)
+    ranks = ranks_from_env(local_rank_arg=cfg.local_rank_arg)
+    place = resolve(ranks.local_rank, cfg.device, cfg.backend)
+    if place.note and ranks.local_rank == 0:
+        print(f"[trainer] {place.note}", flush=True)  # once per node
+    dist.init_process_group(backend=place.backend, rank=ranks.rank, world_size=ranks.world_size,
+                            timeout=datetime.timedelta(seconds=cfg.pg_timeout))
+    trainer = Trainer(cfg, ranks, place)
+    if cfg.type == "scatter-reduce":
+        return trainer.run_scatter_reduce()
+    return trainer.run_example()
+
+
+def main(argv: list[str] | None = None) -> int:
+    status = 1
+    try:
+        status = run(argv)
+    except SystemExit as exc:  # argparse: --help (0) or usage error (2)
+        status = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 2)
+    except (LaunchError, DeviceError) as exc:
+        print(f"[trainer] error: {exc}", file=sys.stderr, flush=True)
+        status = 2
+    except BaseException:  # noqa: BLE001 - report, then leave through the same exit path
+        rank = os.environ.get("RANK", "?")
+        print(f"[trainer] rank {rank} failed:\n{traceback.format_exc()}", file=sys.stderr, flush=True)
+        status = 1
+    finally:
+        if dist.is_available() and dist.is_initialized():
+            try:
+                dist.destroy_process_group()
+            except Exception as exc:  # noqa: BLE001 - exiting anyway
+                print(f"[trainer] destroy_process_group failed: {exc}", file=sys.stderr, flush=True)
+    return status
+
+
+if __name__ == "__main__":
+    code = main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # os._exit skips interpreter teardown, where gloo aborts in ~4% of exits
+    # ("terminate called without an active exception") and torchrun would
+    # then hold the healthy node 300 s at its exit barrier.
+    os._exit(code)
