@@ -1,0 +1,49 @@
+"""Running `helm template` on chart/ and reading what it prints, for the chart's tests."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import yaml
+
+REPO = Path(__file__).resolve().parent.parent
+CHART = REPO / "chart"
+RELEASE = "t"
+ARGO_KINDS = ("Workflow", "WorkflowTemplate")
+# Every values file render.py's golden tests cover (tests/cases/ may still be empty).
+VALUES_FILES = sorted((REPO / "examples").glob("*.yaml")) + sorted((REPO / "tests" / "cases").glob("*.yaml"))
+
+_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+def helm_template(helm: str, values: Path | str, *extra: str, release: str = RELEASE) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [helm, "template", release, str(CHART), "-f", str(values), *extra],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def documents(text: str) -> list[dict]:
+    return [doc for doc in yaml.load_all(text, Loader=_LOADER) if doc is not None]  # noqa: S506
+
+
+def argo_document(text: str) -> dict:
+    """The one Workflow or WorkflowTemplate among the rendered documents."""
+    found = [doc for doc in documents(text) if doc.get("kind") in ARGO_KINDS]
+    assert len(found) == 1, f"expected one Workflow/WorkflowTemplate, got {[d.get('kind') for d in documents(text)]}"
+    return found[0]
+
+
+def chart_workflow(helm: str, values: Path | str, *extra: str) -> dict:
+    result = helm_template(helm, values, *extra)
+    assert result.returncode == 0, f"helm template failed for {values}:\n{result.stderr}"
+    return argo_document(result.stdout)
+
+
+def render_py_workflow(values: Path | str) -> dict:
+    from torchdag.cli import build
+
+    return argo_document(build(values))

@@ -1,0 +1,239 @@
+"""The Helm chart on its own: lint, strict Argo validation, generated files in step with
+the schema, the documented `--api-versions` behaviour, WorkflowTemplate, optional RBAC."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+
+import kubernetes_validate
+import pytest
+import yaml
+
+from argo_helpers import KUBERNETES_VERSION, task_pods, validate_argo
+from chart_helpers import CHART, REPO, VALUES_FILES, argo_document, chart_workflow, documents, helm_template
+from torchdag.values import schema_defaults
+
+sys.path.insert(0, str(REPO / "tools"))
+import sync_chart  # noqa: E402
+
+EXAMPLE = REPO / "examples" / "cluster.yaml"
+
+
+def values_file(tmp_path, extra: str, base=EXAMPLE):
+    path = tmp_path / "values.yaml"
+    path.write_text(base.read_text(encoding="utf-8") + "\n" + extra, encoding="utf-8")
+    return path
+
+
+# --- helm lint and strict validation ---------------------------------------------------
+
+@pytest.mark.parametrize("values", VALUES_FILES, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_helm_lint_strict_is_clean(helm, values):
+    result = subprocess.run([helm, "lint", "--strict", str(CHART), "-f", str(values)], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert not re.search(r"\[(WARNING|ERROR)\]", result.stdout), result.stdout
+
+
+@pytest.mark.parametrize("values", VALUES_FILES, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_workflow_validates_strictly_with_argo_models(helm, values):
+    doc = chart_workflow(helm, values)
+    validate_argo(doc)  # hera's models with unknown fields forbidden, strict types
+
+
+def test_strict_validation_catches_a_wrong_field(helm):
+    doc = chart_workflow(helm, EXAMPLE)
+    doc["spec"]["templates"][1]["container"]["envv"] = []
+    with pytest.raises(Exception, match="envv"):
+        validate_argo(doc)
+
+
+def test_task_pods_validate_as_kubernetes_pods(helm):
+    doc = chart_workflow(helm, REPO / "examples" / "mixed-gloo.yaml")
+    pods = task_pods(doc)
+    assert sorted(pods) == ["node-0", "node-1", "node-2"]
+    for pod in pods.values():
+        kubernetes_validate.validate(pod, KUBERNETES_VERSION, strict=True)
+
+
+def test_argo_placeholders_are_exact_tags(helm):
+    """Every `{{` in the output is one of the four input parameters, with no spaces."""
+    text = helm_template(helm, REPO / "examples" / "cpu.yaml").stdout
+    tags = set(re.findall(r"\{\{[^}]*\}\}", text))
+    assert tags == {"{{inputs.parameters.host}}", "{{inputs.parameters.node-rank}}", "{{inputs.parameters.nic}}"}
+    assert text.count("{{") == sum(text.count(tag) for tag in tags)
+
+
+def test_user_values_never_go_through_tpl():
+    for template in (CHART / "templates").iterdir():
+        code = re.sub(r"\{\{-? ?/\*.*?\*/ ?-?\}\}", "", template.read_text(encoding="utf-8"), flags=re.S)  # drop comments
+        assert not re.search(r"\btpl\b", code), f"{template.name} calls tpl"
+
+
+def test_dollar_is_doubled_in_command_args_and_env(helm, tmp_path):
+    doc = chart_workflow(helm, values_file(tmp_path, 'env: {GREETING: "hi $(USER)"}\nworkingDir: /w$x\n'))
+    container = doc["spec"]["templates"][1]["container"]
+    assert container["args"][-2:] == ["--type", "example"]
+    assert {"name": "GREETING", "value": "hi $$(USER)"} in container["env"]
+    assert container["workingDir"] == "/w$x"  # not expanded by Kubernetes: left as is
+
+
+# --- files generated from the schema ----------------------------------------------------
+
+def test_chart_schema_is_the_schema():
+    assert (CHART / "values.schema.json").read_bytes() == (REPO / "schema" / "values.schema.json").read_bytes()
+
+
+def test_generated_files_are_in_step_with_the_schema():
+    result = subprocess.run([sys.executable, str(REPO / "tools" / "sync_chart.py"), "--check"], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+
+
+def test_drift_check_notices_an_edit(tmp_path, monkeypatch):
+    copy = tmp_path / "chart"
+    shutil.copytree(CHART, copy)
+    monkeypatch.setattr(sync_chart, "CHART", copy)
+    assert sync_chart.main(["--check"]) == 0
+    values = copy / "values.yaml"
+    values.write_text(values.read_text(encoding="utf-8").replace("port: 29500", "port: 29501"), encoding="utf-8")
+    assert sync_chart.main(["--check"]) == 1
+    assert sync_chart.main([]) == 0 and sync_chart.main(["--check"]) == 0
+
+
+def test_values_yaml_defaults_are_the_schema_defaults():
+    # helm merges values.yaml under the user's file before it checks the schema, and
+    # render.py applies the schema's defaults: the two must be the same values.
+    assert yaml.safe_load((CHART / "values.yaml").read_text(encoding="utf-8")) == schema_defaults()
+
+
+def test_required_keys_are_documented_but_absent(helm, tmp_path):
+    values = yaml.safe_load((CHART / "values.yaml").read_text(encoding="utf-8"))
+    text = (CHART / "values.yaml").read_text(encoding="utf-8")
+    for key in ("name", "image", "script", "nodes"):
+        assert key not in values
+        assert re.search(rf"^# {key}:$", text, re.M)
+    empty = tmp_path / "empty.yaml"
+    empty.write_text("{}\n")
+    result = helm_template(helm, empty)
+    assert result.returncode != 0
+    assert "missing properties 'name', 'image', 'script', 'nodes'" in result.stderr
+
+
+def _leaves(data, prefix=""):
+    for key, value in data.items():
+        path = f"{prefix}{key}"
+        if isinstance(value, dict) and value:
+            yield from _leaves(value, path + ".")
+        else:
+            yield path
+
+
+def test_every_values_leaf_is_documented_and_in_the_readme():
+    text = (CHART / "values.yaml").read_text(encoding="utf-8")
+    entries = {entry.key: entry for entry in sync_chart.parse_values_comments(text)}
+    leaves = set(_leaves(yaml.safe_load(text)))
+    assert leaves <= set(entries), f"undocumented: {sorted(leaves - set(entries))}"
+    node_keys = yaml.safe_load((REPO / "schema" / "values.schema.json").read_text())["$defs"]["node"]["properties"]
+    assert {f"nodes[].{key}" for key in node_keys} <= set(entries)
+    assert all(entry.description for entry in entries.values())
+    readme = (CHART / "README.md").read_text(encoding="utf-8")
+    for key in entries:
+        assert f"| `{key}` |" in readme
+    assert entries["nodes[].address"].default == "the node's `name`"  # a `# @default --` override
+
+
+def test_comment_parser_rejects_an_undocumented_key():
+    with pytest.raises(ValueError, match="port has no `# --` comment"):
+        sync_chart.parse_values_comments("# -- a documented key\nkind: Workflow\nport: 1\n")
+
+
+# --- --api-versions, NOTES, kind -----------------------------------------------------------
+
+def test_output_is_the_same_with_and_without_the_argo_api(helm):
+    # Documented in chart/README.md: the manifests never depend on the API being visible
+    # (offline `helm template` must work, as render.py does); only NOTES.txt warns.
+    without = helm_template(helm, EXAMPLE)
+    with_api = helm_template(helm, EXAMPLE, "--api-versions", "argoproj.io/v1alpha1")
+    assert without.returncode == with_api.returncode == 0
+    assert without.stdout == with_api.stdout
+
+
+def test_notes_name_the_master_and_warn_without_the_argo_api(helm):
+    result = subprocess.run([helm, "install", "t", str(CHART), "-f", str(EXAMPLE), "--dry-run=client", "-n", "training"],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    notes = result.stdout.split("NOTES:", 1)[1]
+    assert "Master (node rank 0, task node-0): 192.168.110.22, reached at 192.168.110.22:25195." in notes
+    assert "argo watch -n training t" in notes and "kubectl get wf -n training t -w" in notes
+    assert "WARNING: helm does not see the argoproj.io/v1alpha1 API" in notes
+
+
+def test_workflow_template_kind(helm, tmp_path):
+    result = helm_template(helm, values_file(tmp_path, "kind: WorkflowTemplate\nnamespace: ml\n"))
+    assert result.returncode == 0, result.stderr
+    doc = argo_document(result.stdout)
+    assert doc["kind"] == "WorkflowTemplate"
+    assert doc["metadata"]["name"] == "t" and doc["metadata"]["namespace"] == "ml"
+    assert "generateName" not in doc["metadata"]
+    validate_argo(doc)
+
+
+def test_workflow_is_named_after_the_release(helm):
+    doc = chart_workflow(helm, EXAMPLE)
+    assert doc["metadata"]["name"] == "t" and "generateName" not in doc["metadata"]
+    result = helm_template(helm, EXAMPLE, release="a" * 53)  # helm's longest release name
+    assert argo_document(result.stdout)["metadata"]["name"] == "a" * 53
+
+
+# --- chart-only rejections and messages ------------------------------------------------------
+
+@pytest.mark.parametrize(("extra", "message"), [
+    ('args: ["ok", "a\\u0000b"]', "args[1]: contains a NUL character"),
+    ('labels: {"team{{x}}": "a"}', "labels.team{{x}}: key contains '{{'"),
+    ('env: {A: "' + "x" * 100 + '{{"}', 'env.A: "' + "x" * 76 + '... contains'),  # cut like render.py
+    ("rbac: {createServiceAccount: true}", "serviceAccountName: must be set when rbac.createServiceAccount is true"),
+])
+def test_chart_rejections_name_the_field(helm, tmp_path, extra, message):
+    result = helm_template(helm, values_file(tmp_path, extra))
+    assert result.returncode != 0
+    assert message in result.stderr
+
+
+def test_all_problems_are_reported_at_once(helm, tmp_path):
+    path = values_file(tmp_path, "env: {RANK: '1', WORLD_SIZE: '2'}\nbackend: nccl\n")
+    stderr = helm_template(helm, path).stderr
+    assert "invalid values (3 problems)" in stderr
+    assert "env.RANK:" in stderr and "env.WORLD_SIZE:" in stderr and "backend: nccl needs nvidia nodes" in stderr
+
+
+# --- optional RBAC ------------------------------------------------------------------------------
+
+def test_no_rbac_objects_by_default(helm):
+    kinds = [doc["kind"] for doc in documents(helm_template(helm, EXAMPLE).stdout)]
+    assert kinds == ["Workflow"]
+
+
+def test_rbac_objects_when_enabled(helm, tmp_path):
+    path = values_file(tmp_path, "serviceAccountName: trainer\nnamespace: ml\nrbac: {create: true, createServiceAccount: true}\n")
+    result = helm_template(helm, path)
+    assert result.returncode == 0, result.stderr
+    docs = {doc["kind"]: doc for doc in documents(result.stdout)}
+    assert sorted(docs) == ["Role", "RoleBinding", "ServiceAccount", "Workflow"]
+    for kind in ("Role", "RoleBinding", "ServiceAccount"):
+        kubernetes_validate.validate(docs[kind], KUBERNETES_VERSION, strict=True)
+        assert docs[kind]["metadata"]["namespace"] == "ml"
+    assert docs["ServiceAccount"]["metadata"]["name"] == "trainer" == docs["Workflow"]["spec"]["serviceAccountName"]
+    assert docs["Role"]["rules"] == [{"apiGroups": ["argoproj.io"], "resources": ["workflowtaskresults"], "verbs": ["create", "patch"]}]
+    binding = docs["RoleBinding"]
+    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": docs["Role"]["metadata"]["name"]}
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "trainer", "namespace": "ml"}]
+
+
+def test_role_alone_binds_the_default_service_account_and_legacy_adds_pods(helm, tmp_path):
+    docs = {doc["kind"]: doc for doc in documents(helm_template(helm, values_file(tmp_path, "rbac: {create: true, legacyExecutor: true}\n")).stdout)}
+    assert sorted(docs) == ["Role", "RoleBinding", "Workflow"]
+    assert docs["RoleBinding"]["subjects"][0]["name"] == "default"
+    assert {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "watch", "patch"]} in docs["Role"]["rules"]
+    kubernetes_validate.validate(docs["Role"], KUBERNETES_VERSION, strict=True)

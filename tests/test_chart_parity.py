@@ -1,0 +1,284 @@
+"""Parity of the Helm chart with render.py: from the same values file, `helm template`
+and render.py produce the same Workflow spec, and reject the same bad input."""
+
+from __future__ import annotations
+
+import ipaddress
+import tempfile
+from pathlib import Path
+
+import jinja2
+import pytest
+import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from chart_helpers import REPO, RELEASE, VALUES_FILES, chart_workflow, helm_template, render_py_workflow
+from torchdag.validate import BUILTIN_VOLUMES, RESERVED_ENV
+
+
+def assert_same_workflow(helm: str, values: Path) -> None:
+    ours, theirs = chart_workflow(helm, values), render_py_workflow(values)
+    assert ours["spec"] == theirs["spec"]
+    assert ours["kind"] == theirs["kind"]
+    # Outside spec only the name differs (helm names it after the release; render.py
+    # leaves generateName to Argo) and helm adds its standard labels.
+    assert ours["metadata"]["name"] == RELEASE
+    assert theirs["metadata"]["labels"].items() <= ours["metadata"]["labels"].items()
+    assert ours["metadata"].get("annotations") == theirs["metadata"].get("annotations")
+    if "namespace" in theirs["metadata"]:
+        assert ours["metadata"]["namespace"] == theirs["metadata"]["namespace"]
+
+
+@pytest.mark.parametrize("values", VALUES_FILES, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_spec_equals_render_py(helm, values):
+    assert_same_workflow(helm, values)
+
+
+# --- Property: random valid values files ------------------------------------------------
+
+# Strings that break naive templating: quotes, YAML indicators, comments, newlines,
+# unicode (incl. NEL, line/paragraph separators, BOM), shell and $(VAR) syntax, backticks.
+HOSTILE_PIECES = ["'", '"', ": ", " #", "#", "\n", "\r\n", "\t", "\\", "$(HOME)", "$$(X)", "$", "${A}", ";", "`id`",
+                  "- ", "{a: b}", "[x]", "&a", "*a", "!tag", "%", "@", "|", ">", "?", "ü", "训练", "\u2028", "\x85",
+                  "\ufeff", "\x7f", "😀", "null", "~", "yes", "0x1F", "1e3", "=", "}}", "{", "}"]
+hostile_text = st.lists(
+    st.one_of(st.sampled_from(HOSTILE_PIECES), st.text(st.characters(codec="utf-8", exclude_characters="\x00"), max_size=6)),
+    max_size=6,
+).map("".join).filter(lambda s: "{{" not in s)  # Argo cannot carry '{{' (render.py rejects it)
+hostile_nonempty = hostile_text.filter(bool)
+dns_label = st.from_regex(r"[a-z]([a-z0-9-]{0,10}[a-z0-9])?", fullmatch=True)
+env_name = st.from_regex(r"[A-Za-z_][A-Za-z0-9_]{0,12}", fullmatch=True).filter(lambda n: n not in RESERVED_ENV)
+quantity = st.one_of(
+    st.integers(0, 10**6),
+    st.floats(0, 1e9, allow_nan=False, allow_infinity=False),
+    st.sampled_from(["500m", "16Gi", "4", "0.5", "1.5Gi", "1e3", "2E6", "+1", ".5", "7.", "100Ki", "3k"]),
+)
+cpu_memory = st.fixed_dictionaries({}, optional={"cpu": quantity, "memory": quantity})
+resources = st.fixed_dictionaries({}, optional={"requests": cpu_memory, "limits": cpu_memory})
+ACCELERATORS = ["ascend310p", "ascend310", "ascend910", "nvidia", "cpu"]
+ASCEND = ["ascend310p", "ascend310", "ascend910"]
+
+
+# Sections (objects whose keys have defaults). Their keys may be null, but not the section
+# itself: render.py fails on `preflight: null` (see test_section_set_to_null_renders_the_same).
+SECTIONS = ("launcher", "timeouts", "workflow", "ascend", "preflight", "rbac")
+
+
+def maybe_null(strategy):
+    """A value, or (rarely) null, which deletes the default as in Helm."""
+    return st.one_of(strategy, strategy, strategy, st.none())
+
+
+def section(**keys):
+    return st.fixed_dictionaries({}, optional={key: maybe_null(value) for key, value in keys.items()})
+
+
+@st.composite
+def nodes_strategy(draw, backend: str) -> list[dict]:
+    count = draw(st.integers(1, 16))
+    if backend == "gloo":
+        kinds = draw(st.lists(st.sampled_from(ACCELERATORS), min_size=count, max_size=count))
+    elif backend == "hccl":
+        kinds = draw(st.lists(st.sampled_from(ASCEND), min_size=count, max_size=count))
+    elif backend == "nccl":
+        kinds = ["nvidia"] * count
+    else:  # auto: one kind only
+        kinds = [draw(st.sampled_from(ACCELERATORS))] * count
+    master = draw(st.one_of(st.none(), st.integers(0, count - 1)))
+    nodes = []
+    for index, kind in enumerate(kinds):
+        # Names and addresses are unique by construction: IPv4 names come from 192.168/16,
+        # explicit IPv4 addresses from 10/8, DNS addresses carry the index.
+        name_style = draw(st.sampled_from(["dns", "ipv4", "fqdn"]))
+        name = {"dns": f"node-{index}", "ipv4": f"192.168.{index // 200}.{index % 200 + 1}", "fqdn": f"gpu-{index}.cluster.local"}[name_style]
+        node: dict = {"name": name}
+        address_style = draw(st.sampled_from(["none", "ipv4", "dns"]))
+        if address_style == "ipv4":
+            node["address"] = str(ipaddress.IPv4Address("10.0.0.1") + index)
+        elif address_style == "dns":
+            node["address"] = f"host-{index}.example.net"
+        nic = draw(st.sampled_from([None, "auto", "eth0", "ens1f0np0", "enp11s0f0", "bond0.100"]))
+        if nic:
+            node["nic"] = nic
+        if kind != "cpu" or draw(st.booleans()):
+            node["accelerator"] = kind
+        devices = draw(st.one_of(st.none(), st.integers(1, 8), st.just(128)))
+        if devices is not None:
+            node["devices"] = devices
+        if master == index:
+            node["master"] = True
+        elif draw(st.integers(0, 9)) == 0:
+            node["master"] = False
+        if draw(st.integers(0, 3)) == 0:
+            node["resources"] = draw(resources)
+        nodes.append(node)
+    return nodes
+
+
+toleration = st.fixed_dictionaries({}, optional={
+    "key": hostile_text, "operator": st.sampled_from(["Exists", "Equal"]), "value": hostile_text,
+    "effect": st.sampled_from(["NoSchedule", "PreferNoSchedule", "NoExecute"]), "tolerationSeconds": st.integers(-10, 10**7),
+})
+security_context = st.fixed_dictionaries({}, optional={
+    "runAsUser": st.integers(0, 2**31 - 1), "runAsGroup": st.integers(0, 2**31 - 1), "runAsNonRoot": st.booleans(),
+    "fsGroup": st.integers(0, 2**31 - 1), "supplementalGroups": st.lists(st.integers(0, 2**31 - 1), max_size=3),
+})
+string_map = st.dictionaries(hostile_nonempty, hostile_text, max_size=3)
+
+
+@st.composite
+def volumes_strategy(draw) -> list[dict]:
+    names = draw(st.lists(dns_label.filter(lambda n: n not in BUILTIN_VOLUMES), unique=True, max_size=3))
+    volumes = []
+    for index, name in enumerate(names):
+        # The index keeps mount paths distinct after trailing '/' are stripped.
+        volume: dict = {"name": name, "mountPath": f"/mnt/v{index}" + draw(st.sampled_from(["", "/", "/a b", "/ü:#"]))}
+        if draw(st.booleans()):
+            volume["hostPath"] = {"path": "/" + draw(hostile_text)}
+            kind = draw(st.sampled_from([None, "", "Directory", "DirectoryOrCreate", "File"]))
+            if kind is not None:
+                volume["hostPath"]["type"] = kind
+        else:
+            volume["persistentVolumeClaim"] = {"claimName": draw(dns_label)}
+        read_only = draw(st.sampled_from([None, True, False]))
+        if read_only is not None:
+            volume["readOnly"] = read_only
+        volumes.append(volume)
+    return volumes
+
+
+@st.composite
+def values_strategy(draw) -> dict:
+    backend = draw(st.sampled_from([None, "auto", "gloo", "gloo", "hccl", "nccl"]))
+    values: dict = {
+        "name": draw(dns_label),
+        "image": draw(st.sampled_from(["registry.example.com/train:1.0", "192.168.110.125:8443/agent/ppo_torch:3.1", "img@sha256:" + "a" * 64])),
+        "script": draw(hostile_nonempty),
+        "nodes": draw(nodes_strategy(backend or "auto")),
+    }
+    if backend is not None:
+        values["backend"] = backend
+    service_account = draw(st.one_of(st.none(), st.just(""), hostile_nonempty))
+    optional = {
+        "kind": st.sampled_from(["Workflow", "WorkflowTemplate"]),
+        "namespace": st.sampled_from(["", "ml", "team-a"]),
+        "imagePullPolicy": st.sampled_from(["Always", "IfNotPresent", "Never"]),
+        "imagePullSecrets": st.lists(dns_label, max_size=2),
+        "args": st.lists(hostile_text, max_size=6),
+        "workingDir": hostile_text,
+        "port": st.integers(1, 65535),
+        "env": st.dictionaries(env_name, hostile_text, max_size=5),
+        "resources": resources,
+        "nodeSelector": string_map,
+        "tolerations": st.lists(toleration, max_size=3),
+        "labels": string_map,
+        "annotations": string_map,
+        "hostNetwork": st.booleans(),
+        "shmSize": st.one_of(quantity, st.just("")),
+        "securityContext": security_context,
+        "volumes": volumes_strategy(),
+        "launcher": section(type=st.sampled_from(["torchrun", "launch"]), python=hostile_nonempty,
+                            maxRestarts=st.integers(0, 10), extraArgs=st.lists(hostile_text, max_size=3)),
+        "timeouts": section(rendezvous=st.integers(1, 10**6), processGroup=st.integers(1, 10**6),
+                            hcclConnect=st.integers(120, 7200), workflowDeadline=st.integers(1, 10**8)),
+        "workflow": section(ttlSecondsAfterFinished=st.integers(0, 10**7),
+                            podGC=st.sampled_from(["", "OnPodCompletion", "OnPodSuccess", "OnWorkflowCompletion", "OnWorkflowSuccess"]),
+                            priorityClassName=hostile_text),
+        "ascend": section(mountDriver=st.booleans(), driverPath=st.sampled_from(["/", "/opt/ascend/driver", "/usr/local/Ascend/driver//", "/d ü"]),
+                          setEnvScript=hostile_text, whitelistDisable=st.booleans()),
+        "preflight": section(enabled=st.booleans(), command=st.lists(hostile_nonempty, min_size=1, max_size=3),
+                             timeout=st.integers(1, 10**4)),
+        # Chart-only keys: render.py ignores them, and they must not change the Workflow.
+        "rbac": section(create=st.booleans(), legacyExecutor=st.booleans(),
+                        createServiceAccount=st.just(bool(service_account))),
+    }
+    if service_account is not None:
+        values["serviceAccountName"] = service_account
+    for key, strategy in optional.items():
+        choice = draw(st.integers(0, 9))
+        if choice < 5:
+            continue  # absent: the default applies
+        if choice == 9 and key not in SECTIONS:
+            values[key] = None  # deletes the default
+        else:
+            values[key] = draw(strategy)
+    # /dev/shm stays torchdag's while shmSize is set; volumes_strategy never mounts it.
+    return values
+
+
+class _QuotedDumper(yaml.SafeDumper):
+    """Every string double-quoted: helm's YAML 1.1 reader and PyYAML then agree on what is a
+    string (unquoted `y` or `1e3` would be a bool or a float to helm), so the test compares
+    the two renderers, not two YAML parsers."""
+
+
+_QuotedDumper.add_representer(str, lambda dumper, data: dumper.represent_scalar("tag:yaml.org,2002:str", data, style='"'))
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(values=values_strategy())
+def test_random_valid_values_render_the_same(helm, values):
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "values.yaml"
+        path.write_text(yaml.dump(values, Dumper=_QuotedDumper, allow_unicode=True, width=2**20, sort_keys=False), encoding="utf-8")
+        assert_same_workflow(helm, path)
+
+
+RENDER_PY_NULL_SECTION_BUG = pytest.mark.xfail(strict=True, raises=jinja2.exceptions.UndefinedError, reason=(
+    "render.py bug: a section set to null (deleting all its defaults, as Helm does) leaves "
+    "templates/workflow.yaml.j2 reading attributes of {} under StrictUndefined; "
+    "render._fill_missing should fill a missing section with its keys set to None"))
+
+
+@pytest.mark.parametrize("section_name", [
+    pytest.param(name, marks=RENDER_PY_NULL_SECTION_BUG) if name != "rbac" else name for name in SECTIONS
+])
+def test_section_set_to_null_renders_the_same(helm, section_name, tmp_path):
+    path = tmp_path / "values.yaml"
+    path.write_text((REPO / "examples" / "cluster.yaml").read_text(encoding="utf-8") + f"{section_name}: null\n", encoding="utf-8")
+    assert_same_workflow(helm, path)
+
+
+# --- Rejection parity ----------------------------------------------------------------------
+
+try:
+    from bad_cases import BAD_CASES
+except ImportError:  # render.py's shared bad cases not written yet
+    BAD_CASES = []
+
+
+def helm_spellings(field: str) -> list[str]:
+    """How helm's schema errors can name a field render.py calls e.g. `nodes[2].nic`:
+    as a JSON pointer (`at '/nodes/2/nic'`), or, for errors about a key (unknown, missing,
+    bad name), as the enclosing object plus the quoted key (`at '/nodes/2': ... 'nic'`).
+    For a bad key name (propertyNames) helm v4 reports the location as '' whatever the
+    object, so there only `invalid propertyName 'KEY'` names it."""
+    parts = field.replace("]", "").replace("[", ".").split(".")
+    pointer = "/" + "/".join(parts)
+    parent = "/" + "/".join(parts[:-1]) if len(parts) > 1 else ""
+    key = parts[-1]
+    return [
+        field,
+        f"at '{pointer}'",
+        f"at '{parent}': additional properties '{key}' not allowed",
+        f"at '{parent}': missing property '{key}'",
+        f"invalid propertyName '{key}'",
+    ]
+
+
+def test_helm_spellings_of_a_field():
+    assert helm_spellings("nodes[2].nic")[:3] == ["nodes[2].nic", "at '/nodes/2/nic'", "at '/nodes/2': additional properties 'nic' not allowed"]
+    assert helm_spellings("image")[3] == "at '': missing property 'image'"
+
+
+@pytest.mark.skipif(not BAD_CASES, reason="tests/bad_cases.py has no BAD_CASES yet")
+@pytest.mark.parametrize("case", BAD_CASES, ids=str)
+def test_bad_values_are_rejected_naming_the_field(helm, case, tmp_path):
+    path = tmp_path / "values.yaml"
+    path.write_text(case.text, encoding="utf-8")
+    result = helm_template(helm, path)
+    assert result.returncode != 0, f"helm accepted {case.id}:\n{result.stdout[:2000]}"
+    assert any(spelling in result.stderr for spelling in helm_spellings(case.field)), (
+        f"helm's message does not name {case.field}:\n{result.stderr}"
+    )
