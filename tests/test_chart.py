@@ -170,6 +170,16 @@ def test_notes_name_the_master_and_warn_without_the_argo_api(helm):
     assert "WARNING: helm does not see the argoproj.io/v1alpha1 API" in notes
 
 
+def test_notes_for_a_workflow_template_say_how_to_submit_it(helm, tmp_path):
+    path = values_file(tmp_path, "kind: WorkflowTemplate\n")
+    result = subprocess.run([helm, "install", "llm", str(CHART), "-f", str(path), "--dry-run=client", "-n", "training"],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    notes = result.stdout.split("NOTES:", 1)[1]
+    assert "argo submit -n training --from workflowtemplate/llm --watch" in notes
+    assert "argo watch" not in notes
+
+
 def test_workflow_template_kind(helm, tmp_path):
     result = helm_template(helm, values_file(tmp_path, "kind: WorkflowTemplate\nnamespace: ml\n"))
     assert result.returncode == 0, result.stderr

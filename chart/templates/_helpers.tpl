@@ -76,6 +76,37 @@ shortest round-tripping digits, which is how Go's JSON encoder prints it.
 {{- printf "{%s}" (join ", " $fields) -}}
 {{- end -}}
 
+{{/* Index in nodes[] of the master: the node with master: true, else the first. Takes .Values. */}}
+{{- define "torchdag.masterIndex" -}}
+{{- $masterIndex := 0 -}}
+{{- range $index, $node := .nodes -}}
+{{- if $node.master -}}
+{{- $masterIndex = $index -}}
+{{- break -}}
+{{- end -}}
+{{- end -}}
+{{- $masterIndex -}}
+{{- end -}}
+
+{{/* plan.resolve_backend; validation has left one accelerator kind under auto. Takes .Values. */}}
+{{- define "torchdag.backend" -}}
+{{- $backend := .backend | default "auto" -}}
+{{- if eq $backend "auto" -}}
+{{- $kinds := list -}}
+{{- range $node := .nodes -}}
+{{- $kinds = append $kinds ($node.accelerator | default "cpu") -}}
+{{- end -}}
+{{- $kind := first (sortAlpha (uniq $kinds)) -}}
+{{- if and (has $kind (list "ascend310p" "ascend310")) (gt (len .nodes) 1) -}}
+{{- /* CANN supports HCCL on 310P/310 within one server only */ -}}
+{{- $backend = "gloo" -}}
+{{- else -}}
+{{- $backend = index (dict "ascend910" "hccl" "ascend310p" "hccl" "ascend310" "hccl" "nvidia" "nccl" "cpu" "gloo") $kind -}}
+{{- end -}}
+{{- end -}}
+{{- $backend -}}
+{{- end -}}
+
 {{/*
 torchdag.plan fills .plan with what torchdag/plan.py's make_plan() computes:
   nodes      in rank order (the master first, then the others as listed), each with
@@ -97,15 +128,7 @@ Usage: include "torchdag.plan" (dict "root" $ "plan" $plan)
 {{- /* validate.IPV4: RE2 and Python's re read it the same way */ -}}
 {{- $ipv4 := `^((25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])\.){3}(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])$` -}}
 
-{{- $masterIndex := -1 -}}
-{{- range $index, $node := $nodes -}}
-{{- if and $node.master (lt $masterIndex 0) -}}
-{{- $masterIndex = $index -}}
-{{- end -}}
-{{- end -}}
-{{- if lt $masterIndex 0 -}}
-{{- $masterIndex = 0 -}}
-{{- end -}}
+{{- $masterIndex := int (include "torchdag.masterIndex" $v) -}}
 {{- $order := list $masterIndex -}}
 {{- range $index, $_ := $nodes -}}
 {{- if ne $index $masterIndex -}}
@@ -189,22 +212,7 @@ Usage: include "torchdag.plan" (dict "root" $ "plan" $plan)
 {{- $worldSize = add $worldSize $devices -}}
 {{- end -}}
 
-{{- /* plan.resolve_backend: validation left one accelerator kind under auto */ -}}
-{{- $backend := $v.backend | default "auto" -}}
-{{- if eq $backend "auto" -}}
-{{- $kinds := list -}}
-{{- range $node := $nodes -}}
-{{- $kinds = append $kinds ($node.accelerator | default "cpu") -}}
-{{- end -}}
-{{- $kind := first (sortAlpha (uniq $kinds)) -}}
-{{- if and (has $kind (list "ascend310p" "ascend310")) (gt (len $nodes) 1) -}}
-{{- /* CANN supports HCCL on 310P/310 within one server only */ -}}
-{{- $backend = "gloo" -}}
-{{- else -}}
-{{- $backend = index (dict "ascend910" "hccl" "ascend310p" "hccl" "ascend310" "hccl" "nvidia" "nccl" "cpu" "gloo") $kind -}}
-{{- end -}}
-{{- end -}}
-
+{{- $backend := include "torchdag.backend" $v -}}
 {{- $anyAscend := false -}}
 {{- range $shape := $shapes -}}
 {{- if $shape.ascend -}}
