@@ -79,9 +79,7 @@ class Options:
     cpu: bool = False  # run GPU/NPU nodes on CPU instead of refusing them
     only: list[str] = field(default_factory=list)  # run only these tasks
     exec_prefix: Callable[["LocalTask"], list[str]] | None = None  # e.g. `ip netns exec NS ...`
-    bin_dir: str = str(Path(sys.executable).parent)
-    base_env: dict[str, str] | None = None  # inherited environment (default os.environ)
-    workflow_name: str | None = None
+    workflow_name: str | None = None  # default: metadata.name, or generateName + 5 random characters
 
 
 @dataclass
@@ -438,16 +436,18 @@ class Supervisor:
         self._stop_reason: str | None = None
         self._kill_at: dict[str, float] = {}  # task -> when SIGKILL follows the SIGTERM
         self.run_id = f"{os.getpid()}-{time.time_ns()}"
+        self._interrupted = False
 
     def say(self, text: str) -> None:
         with self._lock:
             self.out.write(f"[localrun] {text}\n")
             self.out.flush()
 
-    def request_stop(self, reason: str) -> None:
+    def request_stop(self, reason: str, interrupted: bool = False) -> None:
         """Stop every task (thread- and signal-handler-safe: acted on by the run loop)."""
         if self._stop_reason is None:
             self._stop_reason = reason
+        self._interrupted = self._interrupted or interrupted
 
     def signal_task(self, name: str, sig: int) -> list[int]:
         """Send sig to one task's whole tree (tests use it to freeze or kill a node)."""
@@ -509,10 +509,10 @@ class Supervisor:
         try:
             self._loop(outcome, deadline)
         except KeyboardInterrupt:
-            outcome.interrupted = True
-            self.request_stop("interrupted")
+            self.request_stop("interrupted", interrupted=True)
             self._loop(outcome, None)
         self._cleanup()
+        outcome.interrupted = self._interrupted
         outcome.elapsed = time.monotonic() - begin
         return outcome
 
@@ -632,8 +632,8 @@ def main(argv: list[str] | None = None) -> int:
         return err.code
 
     out = sys.stdout
-    deadline = (doc.get("spec") or {}).get("activeDeadlineSeconds")
-    timeout = min([t for t in (args.timeout, float(deadline) if deadline else None) if t] or [0]) or None
+    limits = [float(t) for t in (args.timeout, (doc.get("spec") or {}).get("activeDeadlineSeconds")) if t]
+    timeout = min(limits) if limits else None
     out.write(f"[localrun] workflow {workflow}: {len(tasks)} task(s) from the rendered DAG, run here"
               f" ({'gang stop on' if args.gang_stop else 'no gang stop'}; timeout {f'{timeout:g} s' if timeout else 'none'})\n")
     for task in tasks:
@@ -651,13 +651,11 @@ def main(argv: list[str] | None = None) -> int:
     supervisor = Supervisor(workflow, tasks, out=out, gang_stop=args.gang_stop, timeout=timeout, grace=args.grace)
 
     def on_signal(signum, _frame):
-        supervisor.request_stop(f"runner got {signal.Signals(signum).name}")
+        supervisor.request_stop(f"the runner got {signal.Signals(signum).name}", interrupted=True)
 
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGHUP, on_signal)
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, on_signal)
     outcome = supervisor.run()
-    if supervisor._stop_reason and supervisor._stop_reason.startswith("runner got"):
-        outcome.interrupted = True
     for line in summary_lines(outcome):
         out.write(f"[localrun] {line}\n")
     out.flush()
