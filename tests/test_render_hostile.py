@@ -1,6 +1,7 @@
 """Property: hostile strings in script, args and env reach the training process byte-exact
-and never change the Workflow's structure — through YAML, Kubernetes' $(VAR) expansion
-and the bash wrapper that sources CANN's set_env.sh on Ascend nodes (run for real)."""
+and never change the Workflow's structure — through YAML, Kubernetes' $(VAR) expansion,
+the bash wrapper that sources CANN's set_env.sh on Ascend nodes (run for real) and
+torchrun's own ${local_rank} substitution of the script's arguments (torch's code)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from pathlib import Path
 import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from torch.distributed.elastic.utils.api import macros  # what torchrun applies to script args
 
 from argo_helpers import container_process, task_pods, validate_argo
 from torchdag.cli import build
@@ -62,7 +64,9 @@ def test_hostile_strings_arrive_byte_exact(values, tmp_path_factory):
         for name, value in values["env"].items():
             assert env[name] == value
         launcher_at = argv.index("torchrun")
-        assert argv[-1 - len(values["args"]):] == [values["script"], *values["args"]]
+        script_and_args = argv[-1 - len(values["args"]):]
+        # What torchrun hands each worker process (LOCAL_RANK 0 here).
+        assert macros.substitute(script_and_args, "0") == [values["script"], *values["args"]]
         if argv[0] == "/bin/bash":
             # Run the real wrapper with torchrun swapped for an argv dumper.
             real = argv[:launcher_at] + [sys.executable, "-c", ARGV_DUMPER] + argv[launcher_at + 1:]

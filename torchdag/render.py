@@ -13,7 +13,7 @@ import yaml
 from . import TEMPLATES_DIR
 from .plan import Plan, quantity
 from .values import load_schema
-from .yamlout import block, kube_quote, quote
+from .yamlout import block, kube_quote, launcher_escape, quote
 
 # Sources CANN's set_env.sh, then execs the launcher with its arguments as given: they
 # travel as positional parameters, so bash never re-parses a user string.
@@ -39,7 +39,7 @@ def _environment() -> jinja2.Environment:
         autoescape=False,  # YAML, not HTML: quoting is done by the q/kq filters
         extensions=["jinja2.ext.do"],
     )
-    env.filters.update(q=quote, tojson=quote, kq=kube_quote, yaml=block, quantity=quantity)
+    env.filters.update(q=quote, tojson=quote, kq=kube_quote, launcher_escape=launcher_escape, yaml=block, quantity=quantity)
     env.globals.update(param=argo_parameter, set_env_wrapper=SET_ENV_WRAPPER)
     return env
 

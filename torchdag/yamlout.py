@@ -32,6 +32,12 @@ def kube_escape(value: str) -> str:
     return value.replace("$", "$$")
 
 
+def launcher_escape(value: str) -> str:
+    """torchrun substitutes ${local_rank} in the script's arguments with string.Template,
+    whose escape for `$` is `$$` (torch/distributed/elastic/utils/macros.py)."""
+    return value.replace("$", "$$")
+
+
 def kube_quote(value: Any) -> str:
     return quote(kube_escape(value) if isinstance(value, str) else value)
 
