@@ -96,6 +96,8 @@ BAD_CASES = [
     _case("node-name-uppercase", "nodes[1].name", "is not a Kubernetes hostname", _set("nodes.1.name", "Node_1")),
     _case("node-name-too-long", "nodes[1].name", "longer than 63 characters", _set("nodes.1.name", "n" * 64)),
     _case("address-underscore", "nodes[0].address", "is not an IPv4 address or a lowercase DNS name", _set("nodes.0.address", "bad_host")),
+    _case("job-name-trailing-newline", "name", "is not a DNS-1123 label", _set("name", "bladetrain\n")),
+    _case("nic-trailing-newline", "nodes[0].nic", "is not an interface name", _set("nodes.0.nic", "eth0\n")),
     _case("job-name-uppercase", "name", "is not a DNS-1123 label", _set("name", "BladeTrain")),
     _case("image-with-space", "image", "without whitespace", _set("image", "registry/image: latest")),
     _case("argo-braces-in-args", "args[1]", "contains '{{'", _set("args", ["--type", "{{workflow.name}}"])),

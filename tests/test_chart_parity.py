@@ -7,7 +7,6 @@ import ipaddress
 import tempfile
 from pathlib import Path
 
-import jinja2
 import pytest
 import yaml
 from hypothesis import HealthCheck, given, settings
@@ -225,15 +224,7 @@ def test_random_valid_values_render_the_same(helm, values):
         assert_same_workflow(helm, path)
 
 
-RENDER_PY_NULL_SECTION_BUG = pytest.mark.xfail(strict=True, raises=jinja2.exceptions.UndefinedError, reason=(
-    "render.py bug: a section set to null (deleting all its defaults, as Helm does) leaves "
-    "templates/workflow.yaml.j2 reading attributes of {} under StrictUndefined; "
-    "render._fill_missing should fill a missing section with its keys set to None"))
-
-
-@pytest.mark.parametrize("section_name", [
-    pytest.param(name, marks=RENDER_PY_NULL_SECTION_BUG) if name != "rbac" else name for name in SECTIONS
-])
+@pytest.mark.parametrize("section_name", SECTIONS)
 def test_section_set_to_null_renders_the_same(helm, section_name, tmp_path):
     path = tmp_path / "values.yaml"
     path.write_text((REPO / "examples" / "cluster.yaml").read_text(encoding="utf-8") + f"{section_name}: null\n", encoding="utf-8")

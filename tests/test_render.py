@@ -302,3 +302,31 @@ def test_parse_back_refuses_what_is_not_one_workflow(text):
 
     with pytest.raises(RenderBug):
         check_document(text)
+
+
+def test_section_set_to_null_means_all_its_defaults_removed(tmp_path):
+    """Helm's rule: `preflight: null` deletes the whole default section; render.py agrees."""
+    values = tmp_path / "cluster.yaml"
+    values.write_text((REPO / "examples" / "cluster.yaml").read_text() + "timeouts: null\nascend: null\nlauncher: null\n")
+    doc = render_doc(values)
+    argv, env = container_process(task_pods(doc)["node-0"]["spec"]["containers"][0])
+    assert argv[0] == "torchrun"  # no set_env wrapper, no --max_restarts, no --rdzv_conf
+    assert not any(a.startswith(("--rdzv_conf", "--max_restarts")) for a in argv)
+    assert "activeDeadlineSeconds" not in doc["spec"]
+    assert not {"TORCHDAG_PG_TIMEOUT", "HCCL_CONNECT_TIMEOUT", "HCCL_WHITELIST_DISABLE"} & set(env)
+
+
+def test_plain_scalars_read_as_helm_reads_them(tmp_path):
+    """go-yaml (Helm) reads y/n as booleans and 1e3 as a number; render.py must agree."""
+    from torchdag.values import parse_values
+
+    assert parse_values("a: y\nb: N\nc: 1e3\nd: 2.5e1\ne: 'n'\nf: e3\n", "x") == {
+        "a": True, "b": False, "c": 1000.0, "d": 25.0, "e": "n", "f": "e3"}
+    values = tmp_path / "cluster.yaml"
+    values.write_text("name: n\nimage: i\nscript: /t.py\nnodes: [{name: a}]\n")
+    with pytest.raises(ValuesError, match=r"name: must be a string, got boolean False"):
+        build(values)
+    values.write_text("name: a\nimage: i\nscript: /t.py\nport: 3e4\nshmSize: 1e3\nnodes: [{name: a}]\n")
+    doc = render_doc(values)
+    assert "--master_port=30000" in doc["spec"]["templates"][1]["container"]["args"]
+    assert doc["spec"]["volumes"][0]["emptyDir"]["sizeLimit"] == "1000"

@@ -50,10 +50,10 @@ def _fill_missing(values: dict, schema: dict) -> dict:
     for key, prop in schema.get("properties", {}).items():
         if "default" not in prop:
             continue
-        if key not in out:
+        if "properties" in prop:  # a section: `section: null` deleted all its defaults
+            out[key] = _fill_missing(out.get(key) or {}, prop)
+        elif key not in out:
             out[key] = None
-        elif isinstance(out[key], dict) and "properties" in prop:
-            out[key] = _fill_missing(out[key], prop)
     return out
 
 

@@ -49,11 +49,28 @@ BUILTIN_VOLUMES = ("dshm", "ascend-driver-lib64", "ascend-driver-version", "asce
 ARGO_OPEN = "{{"
 
 
+def _pattern_to_end(validator, pattern: str, instance, schema):
+    """`pattern` as ECMA-262 (and Helm's Go validator) reads it: `$` is the end of the
+    string. Python's `$` also matches before a final newline, so "name\\n" would pass."""
+    if isinstance(instance, str) and not re.search(_python_anchor(pattern), instance):
+        yield jsonschema.ValidationError(f"{instance!r} does not match {pattern!r}")
+
+
 @functools.lru_cache(maxsize=None)
-def _validator() -> jsonschema.Draft202012Validator:
+def _python_anchor(pattern: str) -> re.Pattern:
+    if pattern.endswith("$") and not pattern.endswith("\\$"):
+        pattern = pattern[:-1] + r"\Z"
+    return re.compile(pattern)
+
+
+_Validator = jsonschema.validators.extend(jsonschema.Draft202012Validator, {"pattern": _pattern_to_end})
+
+
+@functools.lru_cache(maxsize=None)
+def _validator():
     schema = load_schema()
     jsonschema.Draft202012Validator.check_schema(schema)
-    return jsonschema.Draft202012Validator(schema)
+    return _Validator(schema)
 
 
 def schema_problems(values: Any) -> list[Problem]:

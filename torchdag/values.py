@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import functools
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +48,16 @@ def _construct_mapping(loader: _StrictLoader, node: yaml.MappingNode, deep: bool
 
 
 _StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+
+# Read plain scalars the way Helm does (go-yaml v2), so both tools see the same values:
+# `y`/`n` are booleans there, and `1e3` or `1.5e3` are numbers (PyYAML keeps them strings).
+_StrictLoader.bool_values = {**yaml.constructor.SafeConstructor.bool_values, "y": True, "n": False}
+_StrictLoader.add_implicit_resolver("tag:yaml.org,2002:bool", re.compile(r"^(?:y|Y|n|N)$"), list("yYnN"))
+_StrictLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)$"),
+    list("-+.0123456789"),
+)
 
 
 @functools.lru_cache(maxsize=None)
