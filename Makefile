@@ -19,8 +19,8 @@ HELM := $(TOOLS)/bin/helm
 
 VALUES ?= examples/cluster.yaml
 OUT ?= out
-# `make smoke` runs examples/local.yaml unless VALUES is given on the command line.
-SMOKE_VALUES := $(if $(filter command line,$(origin VALUES)),$(VALUES),examples/local.yaml)
+# `make smoke` runs examples/local.yaml unless VALUES is given (command line or environment).
+SMOKE_VALUES = $(if $(filter file,$(origin VALUES)),examples/local.yaml,$(VALUES))
 BENCH_VENV := .venv-bench
 
 .PHONY: help setup render check test golden smoke chart-sync bench lint clean
@@ -60,8 +60,8 @@ test: $(VENV_STAMP) $(HELM) ## install everything and run the whole test suite
 golden: $(VENV_STAMP) ## regenerate tests/golden/ from examples/ and tests/cases/ (review the diff!)
 	$(PY) tests/golden.py --write
 
-smoke: $(VENV_STAMP) ## run VALUES' rendered DAG as local processes (default examples/local.yaml)
-	$(PY) -m torchdag.localrun $(SMOKE_VALUES)
+smoke: $(VENV_STAMP) ## run VALUES' rendered DAG as local processes (default examples/local.yaml; SMOKE_ARGS=...)
+	$(PY) -m torchdag.localrun $(SMOKE_VALUES) $(SMOKE_ARGS)
 
 chart-sync: $(VENV_STAMP) ## regenerate chart/values.yaml, chart/values.schema.json, chart/README.md from schema/
 	$(PY) tools/sync_chart.py
