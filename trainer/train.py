@@ -292,14 +292,31 @@ def _to_cpu(obj):
     return obj
 
 
+def init_process_group(backend: str, ranks: Ranks, timeout: datetime.timedelta) -> None:
+    restart = os.environ.get("TORCHELASTIC_RESTART_COUNT")
+    if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True" and restart is not None:
+        # torchrun's static rendezvous keeps one store (on the node-rank-0
+        # agent) across worker restarts, and env:// does not separate the
+        # attempts: a restarted worker can read its peer's address from the
+        # previous attempt and fail with "connectFullMesh failed ...
+        # Connection refused" (2 of 5 restart tests here before this).  Every agent
+        # restarts together after a failure, so the restart count names the
+        # attempt on all of them.
+        store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), ranks.world_size,
+                              is_master=False, timeout=timeout)
+        dist.init_process_group(backend=backend, store=dist.PrefixStore(f"torchdag/attempt_{restart}", store),
+                                rank=ranks.rank, world_size=ranks.world_size, timeout=timeout)
+    else:
+        dist.init_process_group(backend=backend, rank=ranks.rank, world_size=ranks.world_size, timeout=timeout)
+
+
 def run(argv: list[str] | None = None) -> int:
     cfg = parse_config(argv)
     ranks = ranks_from_env(local_rank_arg=cfg.local_rank_arg)
     place = resolve(ranks.local_rank, cfg.device, cfg.backend)
     if place.note and ranks.local_rank == 0:
         print(f"[trainer] {place.note}", flush=True)  # once per node
-    dist.init_process_group(backend=place.backend, rank=ranks.rank, world_size=ranks.world_size,
-                            timeout=datetime.timedelta(seconds=cfg.pg_timeout))
+    init_process_group(place.backend, ranks, datetime.timedelta(seconds=cfg.pg_timeout))
     trainer = Trainer(cfg, ranks, place)
     if cfg.type == "scatter-reduce":
         return trainer.run_scatter_reduce()
