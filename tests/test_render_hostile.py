@@ -27,6 +27,13 @@ hostile_text = st.lists(st.one_of(st.sampled_from(NASTY), st.text(st.characters(
                         max_size=6).map("".join).filter(lambda s: "{{" not in s)
 env_names = st.from_regex(r"[A-Z_][A-Z0-9_]{0,12}", fullmatch=True).filter(lambda n: n not in RESERVED_ENV)
 
+class _QuotedDumper(yaml.SafeDumper):
+    """Every string double-quoted: a plain `1e3` or `n` would read back as a number or a
+    boolean (as Helm reads it), which is not the string the test drew."""
+
+
+_QuotedDumper.add_representer(str, lambda dumper, data: dumper.represent_scalar("tag:yaml.org,2002:str", data, style='"'))
+
 ARGV_DUMPER = "import json, sys; sys.stdout.write(json.dumps(sys.argv[1:]))"
 
 
@@ -52,7 +59,7 @@ def test_hostile_strings_arrive_byte_exact(values, tmp_path_factory):
     if values["nodes"][0]["accelerator"] == "ascend910":
         values["ascend"] = {"setEnvScript": str(set_env)}
     path = folder / "cluster.yaml"
-    path.write_text(yaml.safe_dump(values, allow_unicode=False), encoding="utf-8")
+    path.write_text(yaml.dump(values, Dumper=_QuotedDumper, allow_unicode=False), encoding="utf-8")
 
     doc = yaml.safe_load(build(path))
     validate_argo(doc)
