@@ -125,6 +125,22 @@ def test_worker_killed_restarts_and_resumes_exactly(tmp_path):
     assert_same_params([load_params(ref / "p", 2)[0], resumed[0]])
 
 
+def start_two_nodes_until_checkpoint(tmp_path, args, env, ck):
+    """Two 1-process nodes without restarts, returned once the first checkpoint exists."""
+    port = free_port()
+    la = ["--max-restarts=0", "--rdzv-conf=timeout=60"]
+    procs = [start(torchrun_cmd(n, 2, 1, port, args, la), tmp_path / f"node{n}.log", env) for n in range(2)]
+    try:
+        deadline = time.monotonic() + JOB_TIMEOUT
+        while not checkpoint.list_checkpoints(str(ck)):
+            assert time.monotonic() < deadline and procs[0].poll() is None, output_of(tmp_path)
+            time.sleep(0.01)
+    except BaseException:
+        reap(*procs)
+        raise
+    return procs
+
+
 def test_dead_node_fails_fast_then_job_retry_resumes(tmp_path):
     """SIGKILL a whole node (agent and worker: a lost pod). Without restarts
     the survivor must exit non-zero, well within the process-group timeout
@@ -135,14 +151,8 @@ def test_dead_node_fails_fast_then_job_retry_resumes(tmp_path):
     ck = tmp_path / "ck"
     args = ["--max-steps", "3000", "--checkpoint-every", "100", "--log-every", "0", "--checkpoint-dir", str(ck),
             "--metrics-file", str(tmp_path / "m.json")]
-    port = free_port()
-    la = ["--max-restarts=0", "--rdzv-conf=timeout=60"]
-    procs = [start(torchrun_cmd(n, 2, 1, port, args, la), tmp_path / f"node{n}.log", env) for n in range(2)]
+    procs = start_two_nodes_until_checkpoint(tmp_path, args, env, ck)
     try:
-        deadline = time.monotonic() + JOB_TIMEOUT
-        while not checkpoint.list_checkpoints(str(ck)):
-            assert time.monotonic() < deadline and procs[0].poll() is None, output_of(tmp_path)
-            time.sleep(0.01)
         kill_node(procs[1])
         killed_at = time.monotonic()
         # Documented bound (docs/trainer.md): a crashed peer is noticed at once;
@@ -171,14 +181,8 @@ def test_hung_peer_exits_within_pg_timeout(tmp_path):
     env = clean_env(TORCHDAG_PG_TIMEOUT=str(pg_timeout))
     ck = tmp_path / "ck"
     args = ["--max-steps", "100000", "--checkpoint-every", "100", "--log-every", "0", "--checkpoint-dir", str(ck)]
-    port = free_port()
-    la = ["--max-restarts=0", "--rdzv-conf=timeout=60"]
-    procs = [start(torchrun_cmd(n, 2, 1, port, args, la), tmp_path / f"node{n}.log", env) for n in range(2)]
+    procs = start_two_nodes_until_checkpoint(tmp_path, args, env, ck)
     try:
-        deadline = time.monotonic() + JOB_TIMEOUT
-        while not checkpoint.list_checkpoints(str(ck)):
-            assert time.monotonic() < deadline and procs[0].poll() is None, output_of(tmp_path)
-            time.sleep(0.01)
         signal_node(procs[1], signal.SIGSTOP)
         stopped_at = time.monotonic()
         bound = pg_timeout + 30  # docs/trainer.md: PG timeout + teardown
