@@ -75,8 +75,8 @@ bench: $(VENV_STAMP) $(HELM) $(BENCH_VENV)/.installed ## render, helm and TorchX
 	HELM=$(abspath $(HELM)) $(PY) bench/bench_render.py
 	$(PY) bench/bench_trainer.py
 
-lint: $(VENV_STAMP) ## yamllint the project's own YAML
-	$(VENV)/bin/yamllint --strict examples .yamllint
+lint: $(VENV_STAMP) ## yamllint the golden Workflows (what users review)
+	$(VENV)/bin/yamllint --strict .yamllint tests/golden
 
 clean: ## remove build outputs (keeps .venv and .tools)
 	rm -rf $(OUT) .pytest_cache .hypothesis
