@@ -3,7 +3,7 @@
 - strict Argo validation with hera's models (unknown fields forbidden);
 - the Pod each DAG task becomes (parameters substituted), validated against Kubernetes'
   strict schemas;
-- Kubernetes' $(VAR) expansion of command, args and env values.
+- the process each container starts, after Kubernetes' $(VAR) expansion.
 """
 
 from __future__ import annotations
@@ -14,6 +14,8 @@ import re
 from typing import Any
 
 import kubernetes_validate
+
+from torchdag.localrun_expand import kube_command, kube_container_env
 
 KUBERNETES_VERSION = "1.35.0"
 
@@ -85,41 +87,9 @@ def validate_kubernetes(pod: dict) -> None:
     kubernetes_validate.validate(pod, KUBERNETES_VERSION, strict=True)
 
 
-def kube_expand(text: str, env: dict[str, str]) -> str:
-    """Kubernetes' expansion (third_party/forked/golang/expansion): `$$` -> `$`, `$(NAME)` -> env[NAME]."""
-    out = []
-    cursor = 0
-    checkpoint = 0
-    while cursor < len(text):
-        if text[cursor] == "$" and cursor + 1 < len(text):
-            out.append(text[checkpoint:cursor])
-            rest = text[cursor + 1:]
-            if rest[0] == "$":
-                out.append("$")
-                advance = 1
-            elif rest[0] == "(":
-                close = rest.find(")", 1)
-                if close == -1:
-                    out.append("$(")
-                    advance = 1
-                else:
-                    name = rest[1:close]
-                    out.append(env.get(name, f"$({name})"))
-                    advance = close + 1
-            else:
-                out.append("$" + rest[0])
-                advance = 1
-            cursor += advance
-            checkpoint = cursor + 1
-        cursor += 1
-    out.append(text[checkpoint:])
-    return "".join(out)
-
-
 def container_process(container: dict) -> tuple[list[str], dict[str, str]]:
-    """argv and environment of a container after Kubernetes' expansion."""
-    env: dict[str, str] = {}
-    for item in container.get("env", []):
-        env[item["name"]] = kube_expand(item["value"], env)
-    argv = [kube_expand(word, env) for word in container.get("command", []) + container.get("args", [])]
+    """argv and environment of a container after Kubernetes' expansion (the local runner's
+    port of kubelet's expand.go, unit-tested against it in tests/test_localrun.py)."""
+    env = dict(kube_container_env((item["name"], item["value"]) for item in container.get("env", [])))
+    argv = kube_command(container.get("command", []) + container.get("args", []), env)
     return argv, env
