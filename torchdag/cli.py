@@ -19,6 +19,7 @@ from .validate import validate
 from .values import coalesce, load_values, schema_defaults
 
 EXIT_INVALID = 2
+EXIT_WRITE_FAILED = 1
 
 
 def build(values_path: str | Path) -> str:
@@ -47,6 +48,8 @@ def warnings_for(values_path: str | Path) -> list[str]:
 
 
 def write_atomically(path: Path, text: str) -> None:
+    if path.is_dir():
+        raise IsADirectoryError(21, "is a directory; give a file name", str(path))
     path.parent.mkdir(parents=True, exist_ok=True)
     handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
@@ -84,7 +87,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.check:
         return 0
     if args.output:
-        write_atomically(Path(args.output), text)
+        try:
+            write_atomically(Path(args.output), text)
+        except OSError as err:
+            print(f"render.py: cannot write {args.output}: {err.strerror or err}", file=sys.stderr)
+            return EXIT_WRITE_FAILED
     else:
         sys.stdout.write(text)
     return 0
