@@ -201,7 +201,7 @@ def test_workflow_is_named_after_the_release(helm):
 
 @pytest.mark.parametrize(("extra", "message"), [
     ('args: ["ok", "a\\u0000b"]', "args[1]: contains a NUL character"),
-    ('labels: {"team{{x}}": "a"}', "labels.team{{x}}: key contains '{{'"),
+    ('annotations: {"team": "a {{x}}"}', 'annotations.team: "a {'),
     ('env: {A: "' + "x" * 100 + '{{"}', 'env.A: "' + "x" * 76 + '... contains'),  # cut like render.py
     ("rbac: {createServiceAccount: true}", "serviceAccountName: must be set when rbac.createServiceAccount is true"),
 ])

@@ -3,6 +3,9 @@ and render.py produce the same Workflow spec, and reject the same bad input."""
 
 from __future__ import annotations
 
+import ast
+import re
+
 import ipaddress
 import tempfile
 from pathlib import Path
@@ -115,15 +118,20 @@ def nodes_strategy(draw, backend: str) -> list[dict]:
     return nodes
 
 
+# Kubernetes key and label-value syntax (the schema enforces it; values stay free text in annotations)
+qualified_name = st.from_regex(r"([a-z0-9]([-a-z0-9]{0,6}[a-z0-9])?(\.[a-z0-9]{1,4})*/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,10}[A-Za-z0-9])?", fullmatch=True)
+label_value = st.from_regex(r"(([A-Za-z0-9][-A-Za-z0-9_.]{0,10})?[A-Za-z0-9])?", fullmatch=True)
+label_map = st.dictionaries(qualified_name, label_value, max_size=3)
+annotation_map = st.dictionaries(qualified_name, hostile_text, max_size=3)
+
 toleration = st.fixed_dictionaries({}, optional={
-    "key": hostile_text, "operator": st.sampled_from(["Exists", "Equal"]), "value": hostile_text,
+    "key": qualified_name, "operator": st.sampled_from(["Exists", "Equal"]), "value": label_value,
     "effect": st.sampled_from(["NoSchedule", "PreferNoSchedule", "NoExecute"]), "tolerationSeconds": st.integers(-10, 10**7),
 })
 security_context = st.fixed_dictionaries({}, optional={
     "runAsUser": st.integers(0, 2**31 - 1), "runAsGroup": st.integers(0, 2**31 - 1), "runAsNonRoot": st.booleans(),
     "fsGroup": st.integers(0, 2**31 - 1), "supplementalGroups": st.lists(st.integers(0, 2**31 - 1), max_size=3),
 })
-string_map = st.dictionaries(hostile_nonempty, hostile_text, max_size=3)
 
 
 @st.composite
@@ -158,7 +166,7 @@ def values_strategy(draw) -> dict:
     }
     if backend is not None:
         values["backend"] = backend
-    service_account = draw(st.one_of(st.none(), st.just(""), hostile_nonempty))
+    service_account = draw(st.one_of(st.none(), st.just(""), dns_label))
     optional = {
         "kind": st.sampled_from(["Workflow", "WorkflowTemplate"]),
         "namespace": st.sampled_from(["", "ml", "team-a"]),
@@ -169,10 +177,10 @@ def values_strategy(draw) -> dict:
         "port": st.integers(1, 65535),
         "env": st.dictionaries(env_name, hostile_text, max_size=5),
         "resources": resources,
-        "nodeSelector": string_map,
+        "nodeSelector": label_map,
         "tolerations": st.lists(toleration, max_size=3),
-        "labels": string_map,
-        "annotations": string_map,
+        "labels": label_map,
+        "annotations": annotation_map,
         "hostNetwork": st.booleans(),
         "shmSize": st.one_of(quantity, st.just("")),
         "securityContext": security_context,
@@ -183,7 +191,7 @@ def values_strategy(draw) -> dict:
                             hcclConnect=st.integers(120, 7200), workflowDeadline=st.integers(1, 10**8)),
         "workflow": section(ttlSecondsAfterFinished=st.integers(0, 10**7),
                             podGC=st.sampled_from(["", "OnPodCompletion", "OnPodSuccess", "OnWorkflowCompletion", "OnWorkflowSuccess"]),
-                            priorityClassName=hostile_text),
+                            priorityClassName=st.one_of(st.just(""), dns_label)),
         "ascend": section(mountDriver=st.booleans(), driverPath=st.sampled_from(["/", "/opt/ascend/driver", "/usr/local/Ascend/driver//", "/d ü"]),
                           setEnvScript=hostile_text, whitelistDisable=st.booleans()),
         "preflight": section(enabled=st.booleans(), command=st.lists(hostile_nonempty, min_size=1, max_size=3),
@@ -242,7 +250,9 @@ def helm_spellings(field: str) -> list[str]:
     bad name), as the enclosing object plus the quoted key (`at '/nodes/2': ... 'nic'`).
     For a bad key name (propertyNames) helm v4 reports the location as '' whatever the
     object, so there only `invalid propertyName 'KEY'` names it."""
-    parts = field.replace("]", "").replace("[", ".").split(".")
+    # render.py writes plain keys as `.key`, indexes as `[2]` and other keys as `['a b']`
+    parts = [plain or index or ast.literal_eval(quoted)
+             for plain, index, quoted in re.findall(r"\.?([A-Za-z_][A-Za-z0-9_-]*)|\[(\d+)\]|\[('(?:[^'\\]|\\.)*')\]", field)]
     pointer = "/" + "/".join(parts)
     parent = "/" + "/".join(parts[:-1]) if len(parts) > 1 else ""
     key = parts[-1]

@@ -2,20 +2,27 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Iterable, Sequence, Union
 
 PathPart = Union[str, int]
 
 
+_PLAIN_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*")
+
+
 def format_path(parts: Sequence[PathPart]) -> str:
-    """`["nodes", 2, "nic"]` -> `nodes[2].nic`; the empty path is the document itself."""
+    """`["nodes", 2, "nic"]` -> `nodes[2].nic`; other keys are quoted so the path stays one
+    unambiguous line: `labels['app.kubernetes.io/name']`. The empty path is the document."""
     text = ""
     for part in parts:
         if isinstance(part, int):
             text += f"[{part}]"
+        elif isinstance(part, str) and _PLAIN_KEY.fullmatch(part):
+            text += f".{part}" if text else part
         else:
-            text += f".{part}" if text else str(part)
+            text += f"[{part!r}]"
     return text or "(top level)"
 
 

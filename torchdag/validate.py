@@ -196,7 +196,7 @@ IPV4 = re.compile(r"^((25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])\.){3}(25[0-5
 
 def is_ipv4(text: str) -> bool:
     # The same regular expression is used by the chart (RE2 and Python agree on it).
-    return bool(IPV4.match(text))
+    return bool(IPV4.fullmatch(text))
 
 
 def semantic_problems(values: dict) -> list[Problem]:

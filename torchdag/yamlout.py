@@ -43,7 +43,7 @@ def kube_quote(value: Any) -> str:
 
 
 def key(name: str) -> str:
-    if _PLAIN_KEY.match(name) and name.lower() not in _YAML11_WORDS:
+    if _PLAIN_KEY.fullmatch(name) and name.lower() not in _YAML11_WORDS:
         return name
     return quote(name)
 
