@@ -73,8 +73,17 @@ def main() -> int:
     parser.add_argument("--helm", default=os.environ.get("HELM", str(REPO / ".tools" / "bin" / "helm")))
     parser.add_argument("--torchx", default=str(REPO / ".venv-bench" / "bin" / "torchx"))
     args = parser.parse_args()
-    have_helm = Path(args.helm).is_file() and (REPO / "chart" / "Chart.yaml").is_file()
-    have_torchx = Path(args.torchx).is_file()
+    # The tools measured beside render.py: name, command for an N-node values file, and the
+    # ratio column (its header and how it compares with render.py's row).
+    others = []
+    if Path(args.helm).is_file() and (REPO / "chart" / "Chart.yaml").is_file():
+        others.append(("helm", lambda values, nodes: [args.helm, "template", "bench", "chart", "-f", str(values)],
+                       "helm/py", lambda row: row["helm_s"] / row["render_s"]))
+    if Path(args.torchx).is_file():
+        others.append(("torchx", lambda values, nodes: [
+            args.torchx, "run", "--workspace", "", "--dryrun", "-s", "kubernetes", "-cfg", "queue=default",
+            "dist.ddp", "-j", f"{nodes}x{DEVICES}", "--script", "train.py"],
+            "tx/py size", lambda row: row["torchx_bytes"] / row["render_bytes"]))
 
     rows = []
     with tempfile.TemporaryDirectory(prefix="torchdag-bench-") as tmp:
@@ -86,42 +95,33 @@ def main() -> int:
             r_sec, r_rss, r_size = median_run([sys.executable, "render.py", str(values), "-o", str(out)], args.repeat, output_file=out)
             warm = in_process_seconds(values, args.repeat)
             row = {"nodes": nodes, "render_s": r_sec, "render_warm_s": warm, "render_mib": r_rss, "render_bytes": r_size}
-            if have_helm:
-                h_out = tmp / f"n{nodes}.helm.yaml"
-                row.update(zip(("helm_s", "helm_mib", "helm_bytes"),
-                               median_run([args.helm, "template", "bench", "chart", "-f", str(values)], args.repeat, stdout_path=h_out)))
-            if have_torchx:
-                t_out = tmp / f"n{nodes}.torchx.txt"
-                row.update(zip(("torchx_s", "torchx_mib", "torchx_bytes"), median_run(
-                    [args.torchx, "run", "--workspace", "", "--dryrun", "-s", "kubernetes", "-cfg", "queue=default",
-                     "dist.ddp", "-j", f"{nodes}x{DEVICES}", "--script", "train.py"], args.repeat, stdout_path=t_out)))
+            for name, command, _, _ in others:
+                measured = median_run(command(values, nodes), args.repeat, stdout_path=tmp / f"n{nodes}.{name}.out")
+                row.update(zip((f"{name}_s", f"{name}_mib", f"{name}_bytes"), measured))
             rows.append(row)
 
     print(f"Render benchmark: N nodes x {DEVICES} Ascend 910, median of {args.repeat} runs, peak RSS of the process")
     print("render.py s = whole CLI process (interpreter start + imports + load/validate/plan/render/write); warm s = the pipeline alone\n")
     header = f"{'nodes':>5} | {'render.py s':>11} {'warm s':>7} {'MiB':>5} {'bytes':>9} {'B/node':>6}"
-    if have_helm:
-        header += f" | {'helm s':>7} {'MiB':>5} {'bytes':>9} {'helm/py':>7}"
-    if have_torchx:
-        header += f" | {'torchx s':>8} {'MiB':>5} {'bytes':>9} {'tx/py size':>10}"
+    for name, _, ratio_header, _ in others:
+        header += f" | {name + ' s':>8} {'MiB':>5} {'bytes':>9} {ratio_header:>10}"
     print(header)
     print("-" * len(header))
     base = rows[0]["render_bytes"]
     for row in rows:
         per_node = (row["render_bytes"] - base) / (row["nodes"] - SIZES[0]) if row["nodes"] > SIZES[0] else 0
         line = f"{row['nodes']:>5} | {row['render_s']:>11.3f} {row['render_warm_s']:>7.3f} {row['render_mib']:>5} {row['render_bytes']:>9} {per_node:>6.0f}"
-        if have_helm:
-            line += f" | {row['helm_s']:>7.3f} {row['helm_mib']:>5} {row['helm_bytes']:>9} {row['helm_s'] / row['render_s']:>7.2f}"
-        if have_torchx:
-            line += f" | {row['torchx_s']:>8.3f} {row['torchx_mib']:>5} {row['torchx_bytes']:>9} {row['torchx_bytes'] / row['render_bytes']:>10.2f}"
+        for name, _, _, ratio in others:
+            line += f" | {row[name + '_s']:>8.3f} {row[name + '_mib']:>5} {row[name + '_bytes']:>9} {ratio(row):>10.2f}"
         print(line)
     largest = rows[-1]
     verdict = "under" if largest["render_bytes"] < ARGO_LIMIT else "OVER"
     print(f"\n{largest['nodes']}-node Workflow: {largest['render_bytes']} bytes, {verdict} Argo's 1 MB limit "
           f"(targets: <= 512 B per added node, <= 0.5 s warm pipeline)")
-    if not have_helm:
+    measured = {name for name, *_ in others}
+    if "helm" not in measured:
         print("helm template: skipped (no chart/ or helm binary; run through `make bench`)")
-    if not have_torchx:
+    if "torchx" not in measured:
         print("torchx: skipped (run through `make bench`, which installs it into .venv-bench)")
     return 0
 

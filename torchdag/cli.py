@@ -22,29 +22,33 @@ EXIT_INVALID = 2
 EXIT_WRITE_FAILED = 1
 
 
-def build(values_path: str | Path) -> str:
-    """The whole pipeline short of writing; raises ValuesError on bad input."""
+def load_valid(values_path: str | Path) -> tuple[dict, str]:
+    """Load and validate: (merged values, the file's name for messages), or ValuesError."""
     user_values, source = load_values(values_path)
     values = coalesce(user_values, schema_defaults())
     problems = validate(values)
     if problems:
         raise ValuesError(source, problems)
+    return values, source
+
+
+def build(values_path: str | Path) -> str:
+    """The whole pipeline short of writing; raises ValuesError on bad input."""
+    values, _ = load_valid(values_path)
     return render(make_plan(values))
 
 
-def warnings_for(values_path: str | Path) -> list[str]:
-    """Advice that does not stop rendering (printed on stderr)."""
-    user_values, source = load_values(values_path)
-    nodes = user_values.get("nodes") or []
-    lines = []
-    if len(nodes) > 1:
-        for index, node in enumerate(nodes):
-            if isinstance(node, dict) and not node.get("nic"):
-                lines.append(
-                    f"{source}: nodes[{index}].nic: not set; gloo then binds whatever the hostname resolves to "
-                    "(often loopback: 'connectFullMesh failed'); name the NIC or use nic: auto"
-                )
-    return lines
+def warnings_for(values: dict, source: str) -> list[str]:
+    """Advice that does not stop rendering (printed on stderr), for valid values."""
+    nodes = values["nodes"]
+    if len(nodes) == 1:
+        return []
+    return [
+        f"{source}: nodes[{index}].nic: not set; gloo then binds whatever the hostname resolves to "
+        "(often loopback: 'connectFullMesh failed'); name the NIC or use nic: auto"
+        for index, node in enumerate(nodes)
+        if not node.get("nic")
+    ]
 
 
 def write_atomically(path: Path, text: str) -> None:
@@ -76,8 +80,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     try:
-        text = build(args.values)
-        warnings = [] if args.quiet else warnings_for(args.values)
+        values, source = load_valid(args.values)
+        text = render(make_plan(values))
+        warnings = [] if args.quiet else warnings_for(values, source)
     except ValuesError as err:
         for line in err.lines():
             print(line, file=sys.stderr)
