@@ -140,8 +140,6 @@ def _first_allowed(error: jsonschema.ValidationError) -> str | None:
     for sub in error.context or ():
         if isinstance(sub.schema, dict) and sub.schema.get("x-allowed"):
             return sub.schema["x-allowed"]
-        if isinstance(sub.schema, dict) and "$ref" in sub.schema:
-            continue
     # anyOf over a $ref: look the referenced definition up.
     for option in error.validator_value or ():
         ref = option.get("$ref", "") if isinstance(option, dict) else ""
