@@ -165,9 +165,31 @@ def test_notes_name_the_master_and_warn_without_the_argo_api(helm):
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     notes = result.stdout.split("NOTES:", 1)[1]
-    assert "Master (node rank 0, task node-0): 192.168.110.22, reached at 192.168.110.22:25195." in notes
+    assert notes.lstrip("\n").startswith("\n".join(python_summary(EXAMPLE, short=True)) + "\n")
+    assert "master: 192.168.110.22 (rank 0) at 192.168.110.22:25195" in notes
     assert "argo watch -n training t" in notes and "kubectl get wf -n training t -w" in notes
     assert "WARNING: helm does not see the argoproj.io/v1alpha1 API" in notes
+
+
+def python_summary(values_path, short: bool) -> list[str]:
+    from torchdag.cli import load_valid
+    from torchdag.plan import make_plan
+    from torchdag.summary import summary_lines
+
+    return summary_lines(make_plan(load_valid(values_path)[0]), short=short)
+
+
+def test_notes_show_the_short_node_table_of_a_large_job(helm, tmp_path):
+    nodes = "".join(f"  - {{name: n{i}, address: 10.0.0.{i + 1}, nic: eth{i % 3}, accelerator: ascend910, devices: 8}}\n" for i in range(20))
+    path = tmp_path / "big.yaml"
+    path.write_text(f"name: big\nimage: img:1\nscript: /t.py\nnodes:\n{nodes}")
+    result = subprocess.run([helm, "install", "t", str(CHART), "-f", str(path), "--dry-run=client"],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    notes = result.stdout.split("NOTES:", 1)[1].lstrip("\n")
+    expected = python_summary(path, short=True)
+    assert "... 12 more node(s) ..." in expected and len(expected) == 4 + 1 + 8 + 1  # header lines, columns, rows, gap
+    assert notes.startswith("\n".join(expected) + "\n")
 
 
 def test_notes_for_a_workflow_template_say_how_to_submit_it(helm, tmp_path):
@@ -241,9 +263,16 @@ def test_rbac_objects_when_enabled(helm, tmp_path):
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "trainer", "namespace": "ml"}]
 
 
-def test_role_alone_binds_the_default_service_account_and_legacy_adds_pods(helm, tmp_path):
-    docs = {doc["kind"]: doc for doc in documents(helm_template(helm, values_file(tmp_path, "rbac: {create: true, legacyExecutor: true}\n")).stdout)}
+def test_role_is_never_bound_to_the_default_service_account_silently(helm, tmp_path):
+    result = helm_template(helm, values_file(tmp_path, "rbac: {create: true}\n"))
+    assert result.returncode != 0
+    assert "serviceAccountName: must be set when rbac.create is true" in result.stderr
+
+
+def test_role_binds_the_named_service_account_and_legacy_adds_pods(helm, tmp_path):
+    text = "serviceAccountName: trainer\nrbac: {create: true, legacyExecutor: true}\n"
+    docs = {doc["kind"]: doc for doc in documents(helm_template(helm, values_file(tmp_path, text)).stdout)}
     assert sorted(docs) == ["Role", "RoleBinding", "Workflow"]
-    assert docs["RoleBinding"]["subjects"][0]["name"] == "default"
+    assert docs["RoleBinding"]["subjects"][0]["name"] == "trainer"
     assert {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "watch", "patch"]} in docs["Role"]["rules"]
     kubernetes_validate.validate(docs["Role"], KUBERNETES_VERSION, strict=True)

@@ -19,9 +19,23 @@ from chart_helpers import REPO, RELEASE, VALUES_FILES, chart_workflow, helm_temp
 from torchdag.validate import BUILTIN_VOLUMES, RESERVED_ENV
 
 
+def spec_text(rendered: str) -> str:
+    """The Workflow's `spec:` block as printed: from its line to the end of the document."""
+    start = rendered.index("\nspec:\n") + 1
+    end = rendered.find("\n---", start)
+    return rendered[start:] if end < 0 else rendered[start:end + 1]
+
+
 def assert_same_workflow(helm: str, values: Path) -> None:
+    """The spec is the same text, byte for byte (a reviewer can diff the two outputs);
+    outside it only what Helm adds differs."""
+    from torchdag.cli import build
+
+    result = helm_template(helm, values)
+    assert result.returncode == 0, f"helm template failed for {values}:\n{result.stderr}"
+    workflow_source = result.stdout[result.stdout.index("# Source: torchdag/templates/workflow.yaml"):]
+    assert spec_text(workflow_source) == spec_text(build(values))
     ours, theirs = chart_workflow(helm, values), render_py_workflow(values)
-    assert ours["spec"] == theirs["spec"]
     assert ours["kind"] == theirs["kind"]
     # Outside spec only the name differs (helm names it after the release; render.py
     # leaves generateName to Argo) and helm adds its standard labels.
@@ -39,15 +53,17 @@ def test_spec_equals_render_py(helm, values):
 
 # --- Property: random valid values files ------------------------------------------------
 
+# Characters validation refuses (YAML cannot carry them); '{{' likewise.
+REFUSED = re.compile("[\x00\x7f-\x9f\ufffe\uffff]")
 # Strings that break naive templating: quotes, YAML indicators, comments, newlines,
 # unicode (incl. NEL, line/paragraph separators, BOM), shell and $(VAR) syntax, backticks.
 HOSTILE_PIECES = ["'", '"', ": ", " #", "#", "\n", "\r\n", "\t", "\\", "$(HOME)", "$$(X)", "$", "${A}", ";", "`id`",
-                  "- ", "{a: b}", "[x]", "&a", "*a", "!tag", "%", "@", "|", ">", "?", "ü", "训练", "\u2028", "\x85",
-                  "\ufeff", "\x7f", "😀", "null", "~", "yes", "0x1F", "1e3", "=", "}}", "{", "}"]
+                  "- ", "{a: b}", "[x]", "&a", "*a", "!tag", "%", "@", "|", ">", "?", "ü", "训练", "\u2028",
+                  "\ufeff", "\u00a0", "<&>", "😀", "null", "~", "yes", "0x1F", "1e3", "=", "}}", "{", "}"]
 hostile_text = st.lists(
     st.one_of(st.sampled_from(HOSTILE_PIECES), st.text(st.characters(codec="utf-8", exclude_characters="\x00"), max_size=6)),
     max_size=6,
-).map("".join).filter(lambda s: "{{" not in s)  # Argo cannot carry '{{' (render.py rejects it)
+).map("".join).filter(lambda s: "{{" not in s and not REFUSED.search(s))  # what both refuse (tests/bad_cases.py)
 hostile_nonempty = hostile_text.filter(bool)
 dns_label = st.from_regex(r"[a-z]([a-z0-9-]{0,10}[a-z0-9])?", fullmatch=True)
 env_name = st.from_regex(r"[A-Za-z_][A-Za-z0-9_]{0,12}", fullmatch=True).filter(lambda n: n not in RESERVED_ENV)
@@ -59,21 +75,22 @@ quantity = st.one_of(
 cpu_memory = st.fixed_dictionaries({}, optional={"cpu": quantity, "memory": quantity})
 resources = st.fixed_dictionaries({}, optional={"requests": cpu_memory, "limits": cpu_memory})
 ACCELERATORS = ["ascend310p", "ascend310", "ascend910", "nvidia", "cpu"]
-ASCEND = ["ascend310p", "ascend310", "ascend910"]
 
 
 # Sections (objects whose keys have defaults). Their keys may be null, but not the section
 # itself: render.py fails on `preflight: null` (see test_section_set_to_null_renders_the_same).
 SECTIONS = ("launcher", "timeouts", "workflow", "ascend", "preflight", "rbac")
+# Keys whose absence means "off" (schema x-null): a null there is valid and deletes the default.
+NULLABLE = {"rendezvous", "processGroup", "hcclConnect", "workflowDeadline", "ttlSecondsAfterFinished", "maxRestarts"}
 
 
-def maybe_null(strategy):
-    """A value, or (rarely) null, which deletes the default as in Helm."""
-    return st.one_of(strategy, strategy, strategy, st.none())
+def maybe_null(strategy, key):
+    """A value, or (rarely, where the schema allows it) null, which deletes the default as in Helm."""
+    return st.one_of(strategy, strategy, strategy, st.none()) if key in NULLABLE else strategy
 
 
 def section(**keys):
-    return st.fixed_dictionaries({}, optional={key: maybe_null(value) for key, value in keys.items()})
+    return st.fixed_dictionaries({}, optional={key: maybe_null(value, key) for key, value in keys.items()})
 
 
 @st.composite
@@ -81,8 +98,8 @@ def nodes_strategy(draw, backend: str) -> list[dict]:
     count = draw(st.integers(1, 16))
     if backend == "gloo":
         kinds = draw(st.lists(st.sampled_from(ACCELERATORS), min_size=count, max_size=count))
-    elif backend == "hccl":
-        kinds = draw(st.lists(st.sampled_from(ASCEND), min_size=count, max_size=count))
+    elif backend == "hccl":  # HCCL spans servers on the training series only (catalogue `hccl`)
+        kinds = ["ascend910"] * count
     elif backend == "nccl":
         kinds = ["nvidia"] * count
     else:  # auto: one kind only
@@ -197,7 +214,7 @@ def values_strategy(draw) -> dict:
         "preflight": section(enabled=st.booleans(), command=st.lists(hostile_nonempty, min_size=1, max_size=3),
                              timeout=st.integers(1, 10**4)),
         # Chart-only keys: render.py ignores them, and they must not change the Workflow.
-        "rbac": section(create=st.booleans(), legacyExecutor=st.booleans(),
+        "rbac": section(create=st.just(bool(service_account)), legacyExecutor=st.booleans(),
                         createServiceAccount=st.just(bool(service_account))),
     }
     if service_account is not None:
@@ -206,8 +223,8 @@ def values_strategy(draw) -> dict:
         choice = draw(st.integers(0, 9))
         if choice < 5:
             continue  # absent: the default applies
-        if choice == 9 and key not in SECTIONS:
-            values[key] = None  # deletes the default
+        if choice == 9 and key in ("args", "env", "labels", "annotations", "volumes", "tolerations", "workingDir"):
+            values[key] = None  # deletes an empty default: the same as leaving it out
         else:
             values[key] = draw(strategy)
     # /dev/shm stays torchdag's while shmSize is set; volumes_strategy never mounts it.
@@ -232,11 +249,18 @@ def test_random_valid_values_render_the_same(helm, values):
         assert_same_workflow(helm, path)
 
 
-@pytest.mark.parametrize("section_name", SECTIONS)
-def test_section_set_to_null_renders_the_same(helm, section_name, tmp_path):
+@pytest.mark.parametrize("line", [f"{name}: null" for name in SECTIONS] + ["port: null", "hostNetwork: null", "launcher: {type: null}"])
+def test_null_without_meaning_is_refused_by_both(helm, line, tmp_path):
     path = tmp_path / "values.yaml"
-    path.write_text((REPO / "examples" / "cluster.yaml").read_text(encoding="utf-8") + f"{section_name}: null\n", encoding="utf-8")
-    assert_same_workflow(helm, path)
+    path.write_text((REPO / "examples" / "cluster.yaml").read_text(encoding="utf-8").replace("port: 25195\n", "") + line + "\n", encoding="utf-8")
+    field = line.split(":")[0] if "{" not in line else "launcher.type"
+    from torchdag.cli import build
+    from torchdag.problems import ValuesError
+
+    with pytest.raises(ValuesError, match=f"{re.escape(field)}: is null"):
+        build(path)
+    result = helm_template(helm, path)
+    assert result.returncode != 0 and f"{field}: is null" in result.stderr, result.stderr
 
 
 # --- Rejection parity ----------------------------------------------------------------------

@@ -17,7 +17,7 @@ from bad_cases import BAD_CASES
 from golden import golden_pairs
 from torchdag.cli import build, main
 from torchdag.problems import ValuesError
-from torchdag.render import SET_ENV_WRAPPER
+from torchdag.catalog import set_env_wrapper
 
 REPO = Path(__file__).resolve().parent.parent
 PAIRS = golden_pairs()
@@ -150,7 +150,7 @@ def test_original_example_two_ascend_nodes():
     for pod in pods.values():
         container = pod["spec"]["containers"][0]
         argv, env = container_process(container)
-        assert argv[:3] == ["/bin/bash", "-c", SET_ENV_WRAPPER]
+        assert argv[:3] == ["/bin/bash", "-c", set_env_wrapper()]
         assert argv[4] == "/usr/local/Ascend/ascend-toolkit/set_env.sh"
         ranks[env["HCCL_IF_IP"]] = next(a for a in argv if a.startswith("--node_rank="))
         assert "--master_addr=192.168.110.22" in argv and "--master_port=25195" in argv
@@ -189,9 +189,10 @@ def test_shapes_share_templates_and_split_when_they_must():
     doc = render_doc(REPO / "tests" / "cases" / "shapes.yaml")
     templates, tasks = _tasks(doc)
     used = [t["template"] for t in tasks]
-    # n1,n2 share; n3 devices; n4 resources; n5 no nic; n6 HCCL_IF_IP; n7 nic auto
-    assert used == ["ascend310p-x1", "ascend310p-x1", "ascend310p-x2", "ascend310p-x1-2", "ascend310p-x1-3",
-                    "ascend310p-x1-4", "ascend310p-x1-5"]
+    # n1,n2 share; n3 devices; n4 resources; n5 no nic; n6 HCCL_IF_IP; n7 nic auto. Names say
+    # what sets a shape apart from its siblings; ascend310p-x2 has none, so it needs no suffix.
+    assert used == ["ascend310p-x1-no-if-ip", "ascend310p-x1-no-if-ip", "ascend310p-x2", "ascend310p-x1-no-if-ip-own-resources",
+                    "ascend310p-x1-no-nic-no-if-ip", "ascend310p-x1", "ascend310p-x1-nic-auto-no-if-ip"]
     assert set(used) | {"train"} == set(templates)
 
 
@@ -202,7 +203,8 @@ def test_bounded_waits_by_default():
     assert doc["spec"]["templates"][0]["dag"]["failFast"] is True
     argv, env = container_process(task_pods(doc)["node-0"]["spec"]["containers"][0])
     assert "--rdzv_conf=timeout=300" in argv
-    assert env["TORCHDAG_PG_TIMEOUT"] == "600" and env["HCCL_EXEC_TIMEOUT"] == "600"
+    # CANN rounds HCCL_EXEC_TIMEOUT down to a multiple of 68: the Workflow says what CANN will use
+    assert env["TORCHDAG_PG_TIMEOUT"] == "600" and env["HCCL_EXEC_TIMEOUT"] == "544"
 
 
 def test_null_removes_a_default(tmp_path):
@@ -298,24 +300,47 @@ def test_warns_about_nodes_without_nic(tmp_path):
     assert "nodes[1].nic: not set" in result.stderr and "nodes[0]" not in result.stderr
 
 
-@pytest.mark.parametrize("text", ["a: [", "---\na: 1\n---\nb: 2\n", "- 1\n", "kind: Pod\nspec: {}\n"])
-def test_parse_back_refuses_what_is_not_one_workflow(text):
-    from torchdag.render import RenderBug, check_document
+WORKFLOW_DOC = "apiVersion: argoproj.io/v1alpha1\nkind: Workflow\nspec: {}\n"
+
+
+@pytest.mark.parametrize("text", ["a: [", "---\na: 1\n---\nb: 2\n", "- 1\n", "kind: Pod\nspec: {}\n",
+                                  WORKFLOW_DOC + "---\n" + WORKFLOW_DOC, WORKFLOW_DOC + "---\n- 1\n", WORKFLOW_DOC + "---\nspec: {}\n"])
+def test_parse_back_refuses_what_is_not_one_workflow_among_objects(text):
+    from torchdag.render import RenderBug, check_documents
 
     with pytest.raises(RenderBug):
-        check_document(text)
+        check_documents(text)
 
 
-def test_section_set_to_null_means_all_its_defaults_removed(tmp_path):
-    """Helm's rule: `preflight: null` deletes the whole default section; render.py agrees."""
+def test_parse_back_accepts_a_workflow_beside_other_objects():
+    from torchdag.render import check_documents
+
+    text = "kind: PodGroup\nspec: {minMember: 2}\n---\n" + WORKFLOW_DOC
+    assert len(check_documents(text)) == 2
+
+
+def test_null_is_refused_where_absence_means_nothing(tmp_path):
+    """Helm's rule is that a user null deletes a default. Where nothing sensible is left
+    (`port: null` would render --master_port=0, a section would lose every default), both
+    renderers refuse it; keys whose absence means "off" say so (x-null) and accept it."""
     values = tmp_path / "cluster.yaml"
-    values.write_text((REPO / "examples" / "cluster.yaml").read_text() + "timeouts: null\nascend: null\nlauncher: null\n")
+    base = (REPO / "examples" / "cluster.yaml").read_text()
+    values.write_text(base + "timeouts: null\nhostNetwork: null\nlauncher: {type: null}\n")
+    with pytest.raises(ValuesError) as caught:
+        build(values)
+    assert caught.value.lines() == [
+        f"{values}: hostNetwork: is null, which would delete the default true; remove the line to keep the default, or give a value",
+        f"{values}: launcher.type: is null, which would delete the default \"torchrun\"; remove the line to keep the default, or give a value",
+        f"{values}: timeouts: is null, which would delete its keys' defaults; remove the line to keep the default, or give a value",
+    ]
+    values.write_text(base.replace("port: 25195", "port: null"))
+    with pytest.raises(ValuesError, match="port: is null, which would delete the default 29500"):
+        build(values)
+    values.write_text(base + "timeouts: {workflowDeadline: null, rendezvous: null}\nlauncher: {maxRestarts: null}\n")
     doc = render_doc(values)
-    argv, env = container_process(task_pods(doc)["node-0"]["spec"]["containers"][0])
-    assert argv[0] == "torchrun"  # no set_env wrapper, no --max_restarts, no --rdzv_conf
-    assert not any(a.startswith(("--rdzv_conf", "--max_restarts")) for a in argv)
+    argv, _ = container_process(task_pods(doc)["node-0"]["spec"]["containers"][0])
     assert "activeDeadlineSeconds" not in doc["spec"]
-    assert not {"TORCHDAG_PG_TIMEOUT", "HCCL_CONNECT_TIMEOUT", "HCCL_WHITELIST_DISABLE"} & set(env)
+    assert not any(a.startswith(("--rdzv_conf", "--max_restarts")) for a in argv)
 
 
 def test_plain_scalars_read_as_helm_reads_them(tmp_path):

@@ -16,7 +16,7 @@ from .plan import make_plan
 from .problems import ValuesError
 from .render import render
 from .validate import validate
-from .values import coalesce, load_values, schema_defaults
+from .values import coalesce, fill_absent, load_values, schema_defaults
 
 EXIT_INVALID = 2
 EXIT_WRITE_FAILED = 1
@@ -29,7 +29,7 @@ def load_valid(values_path: str | Path) -> tuple[dict, str]:
     problems = validate(values)
     if problems:
         raise ValuesError(source, problems)
-    return values, source
+    return fill_absent(values), source
 
 
 def build(values_path: str | Path) -> str:

@@ -35,8 +35,30 @@ class Problem:
         return f"{source}: {format_path(self.path)}: {self.message}"
 
 
-class ValuesError(Exception):
+class TorchdagError(Exception):
+    """The one root of every error torchdag reports to a user: `lines()` are what is printed
+    (one line per problem, `file: path: message`) and `exit_code` the status to leave with."""
+
+    exit_code = 1
+
+    def lines(self) -> list[str]:
+        return [str(self)]
+
+
+def report(err: TorchdagError, stream=None) -> int:
+    """Print an error's lines on stderr (the one reporter both command lines use); return its exit status."""
+    import sys
+
+    stream = stream or sys.stderr
+    for line in err.lines():
+        print(line, file=stream)
+    return err.exit_code
+
+
+class ValuesError(TorchdagError):
     """Raised with every problem found, so the user fixes them all in one go."""
+
+    exit_code = 2
 
     def __init__(self, source: str, problems: Iterable[Problem]):
         self.source = source

@@ -87,6 +87,22 @@ def _defaults_of(schema: dict) -> dict:
     return out
 
 
+def fill_absent(values: dict, schema: dict | None = None) -> dict:
+    """Valid values with every key present, so the plan never guesses what a missing key
+    means: one whose absence means "off" (`x-null`) as None, one with an empty default
+    ("", [], {}: a user null deleted it) as that empty value."""
+    schema = schema if schema is not None else load_schema()
+    out = dict(values)
+    for key, prop in schema.get("properties", {}).items():
+        if "properties" in prop and isinstance(out.get(key), dict):
+            out[key] = fill_absent(out[key], prop)
+        elif "x-null" in prop:
+            out.setdefault(key, None)
+        elif "default" in prop and prop["default"] in ("", [], {}):
+            out.setdefault(key, copy.deepcopy(prop["default"]))
+    return out
+
+
 def coalesce(user: Any, defaults: Any) -> Any:
     """Helm's merge of user values over chart defaults (chartutil.CoalesceTables)."""
     if not isinstance(user, dict) or not isinstance(defaults, dict):

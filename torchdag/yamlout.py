@@ -1,99 +1,40 @@
-"""Quoting for the Jinja templates: every scalar leaves as a double-quoted YAML/JSON string.
+"""Quoting for the Jinja templates: every scalar leaves as a JSON string, written exactly
+as Helm's `toJson` (Go's encoding/json) writes it, so the chart can print the same bytes.
 
 A double-quoted scalar cannot change the document's structure whatever it holds
-(`: `, `#`, quotes, newlines), so user strings are always printed through `quote`.
+(`: `, `#`, quotes, newlines). Characters YAML cannot carry in any form (DEL, the C1
+controls, U+FFFE/U+FFFF, surrogates) never reach this point: validation refuses them.
 """
 
 from __future__ import annotations
 
 import json
-import re
 from typing import Any
 
-# Characters YAML may not hold raw, or would fold inside a quoted scalar (NEL, LS, PS):
-# escape them as \uXXXX, which YAML and JSON read back identically.
-_UNSAFE = re.compile("[\u007f-\u009f\u2028\u2029\ud800-\udfff\ufeff\ufffe\uffff]")
-_PLAIN_KEY = re.compile(r"^[A-Za-z][A-Za-z0-9_./-]*$")
-_YAML11_WORDS = {"y", "n", "yes", "no", "on", "off", "true", "false", "null", "~"}
+# Go's encoder escapes these for HTML safety; JSON and YAML read the escapes back as the
+# characters, so the output means the same and matches helm byte for byte.
+_GO_ESCAPES = str.maketrans({"<": "\\u003c", ">": "\\u003e", "&": "\\u0026", "\u2028": "\\u2028", "\u2029": "\\u2029"})
 
 
 def quote(value: Any) -> str:
-    """One scalar as YAML. Strings are double-quoted; numbers and booleans stay typed."""
-    if isinstance(value, bool) or value is None or isinstance(value, (int, float)):
-        return json.dumps(value)
+    """One scalar as YAML: strings JSON-quoted, integers and booleans bare."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
     if not isinstance(value, str):
-        raise TypeError(f"quote() takes a scalar, got {type(value).__name__}")
-    text = json.dumps(value, ensure_ascii=False)
-    return _UNSAFE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+        raise TypeError(f"quote() prints strings, integers and booleans, got {type(value).__name__}")
+    return json.dumps(value, ensure_ascii=False).translate(_GO_ESCAPES)
 
 
-def kube_escape(value: str) -> str:
-    """Kubernetes expands $(VAR) in command, args and env values; `$$` is its escape for `$`."""
-    return value.replace("$", "$$")
+def sorted_items(mapping: dict) -> list[tuple[str, Any]]:
+    """A string-keyed map in Go's order (byte order of UTF-8 = code point order)."""
+    return sorted(mapping.items())
 
 
-def launcher_escape(value: str) -> str:
-    """torchrun substitutes ${local_rank} in the script's arguments with string.Template,
-    whose escape for `$` is `$$` (torch/distributed/elastic/utils/macros.py)."""
-    return value.replace("$", "$$")
-
-
-def kube_quote(value: Any) -> str:
-    return quote(kube_escape(value) if isinstance(value, str) else value)
-
-
-def key(name: str) -> str:
-    if _PLAIN_KEY.fullmatch(name) and name.lower() not in _YAML11_WORDS:
-        return name
-    return quote(name)
-
-
-def block(data: Any, indent: int) -> str:
-    """A nested mapping or list as block YAML, for `{{ x | yaml(N) }}` at column N.
-
-    The first line carries no indentation (the template puts it at column N); sequences
-    sit at their parent key's column, as PyYAML and yamllint's `consistent` expect.
-    """
-    lines = _block_lines(data, 0)
-    pad = " " * indent
-    return "\n".join(lines[:1] + [pad + line for line in lines[1:]])
-
-
-def _is_scalar(value: Any) -> bool:
-    return not isinstance(value, (dict, list))
-
-
-def _inline(value: Any) -> str | None:
-    if _is_scalar(value):
-        return quote(value)
-    if not value:
-        return "{}" if isinstance(value, dict) else "[]"
-    return None
-
-
-def _block_lines(data: Any, col: int) -> list[str]:
-    pad = " " * col
-    lines: list[str] = []
-    if isinstance(data, dict):
-        for name, value in data.items():
-            inline = _inline(value)
-            if inline is not None:
-                lines.append(f"{pad}{key(name)}: {inline}")
-            elif isinstance(value, dict):
-                lines.append(f"{pad}{key(name)}:")
-                lines.extend(_block_lines(value, col + 2))
-            else:
-                lines.append(f"{pad}{key(name)}:")
-                lines.extend(_block_lines(value, col))
-    elif isinstance(data, list):
-        for item in data:
-            inline = _inline(item)
-            if inline is not None:
-                lines.append(f"{pad}- {inline}")
-                continue
-            inner = _block_lines(item, col + 2)
-            lines.append(f"{pad}- {inner[0][col + 2:]}")
-            lines.extend(inner[1:])
-    else:
-        lines.append(pad + quote(data))
-    return lines
+def toleration(item: dict) -> str:
+    """One toleration as a flow mapping; the schema fixes its fields and their types."""
+    fields = [f"{key}: {quote(item[key])}" for key in ("key", "operator", "value", "effect") if key in item]
+    if "tolerationSeconds" in item:
+        fields.append(f"tolerationSeconds: {int(item['tolerationSeconds'])}")
+    return "{" + ", ".join(fields) + "}"

@@ -54,20 +54,13 @@ shortest round-tripping digits, which is how Go's JSON encoder prints it.
 {{- end -}}
 {{- end -}}
 
-{{/* A string -> string map as block YAML lines, keys and values double-quoted. */}}
-{{- define "torchdag.stringMap" -}}
-{{- range $key, $value := . -}}
-{{ quote $key }}: {{ quote $value }}{{ "\n" }}
-{{- end -}}
-{{- end -}}
-
-{{/* One toleration as a flow mapping; the schema fixes its fields and their types. */}}
+{{/* yamlout.toleration(): one toleration as a flow mapping; the schema fixes its fields. */}}
 {{- define "torchdag.toleration" -}}
 {{- $toleration := . -}}
 {{- $fields := list -}}
 {{- range $key := list "key" "operator" "value" "effect" -}}
 {{- if hasKey $toleration $key -}}
-{{- $fields = append $fields (printf "%s: %s" $key (quote (index $toleration $key))) -}}
+{{- $fields = append $fields (printf "%s: %s" $key (toJson (index $toleration $key))) -}}
 {{- end -}}
 {{- end -}}
 {{- if hasKey $toleration "tolerationSeconds" -}}
@@ -76,153 +69,70 @@ shortest round-tripping digits, which is how Go's JSON encoder prints it.
 {{- printf "{%s}" (join ", " $fields) -}}
 {{- end -}}
 
-{{/* Index in nodes[] of the master: the node with master: true, else the first. Takes .Values. */}}
-{{- define "torchdag.masterIndex" -}}
-{{- $masterIndex := 0 -}}
-{{- range $index, $node := .nodes -}}
-{{- if $node.master -}}
-{{- $masterIndex = $index -}}
-{{- break -}}
-{{- end -}}
-{{- end -}}
-{{- $masterIndex -}}
-{{- end -}}
-
-{{/* plan.resolve_backend; validation has left one accelerator kind under auto. Takes .Values. */}}
-{{- define "torchdag.backend" -}}
-{{- $backend := .backend | default "auto" -}}
-{{- if eq $backend "auto" -}}
-{{- $kinds := list -}}
-{{- range $node := .nodes -}}
-{{- $kinds = append $kinds ($node.accelerator | default "cpu") -}}
-{{- end -}}
-{{- $kind := first (sortAlpha (uniq $kinds)) -}}
-{{- if and (has $kind (list "ascend310p" "ascend310")) (gt (len .nodes) 1) -}}
-{{- /* CANN supports HCCL on 310P/310 within one server only */ -}}
-{{- $backend = "gloo" -}}
-{{- else -}}
-{{- $backend = index (dict "ascend910" "hccl" "ascend310p" "hccl" "ascend310" "hccl" "nvidia" "nccl" "cpu" "gloo") $kind -}}
-{{- end -}}
-{{- end -}}
-{{- $backend -}}
-{{- end -}}
-
 {{/*
-torchdag.plan fills .plan with what torchdag/plan.py's make_plan() computes:
-  nodes      in rank order (the master first, then the others as listed), each with
-             its DAG task name, container template (shape) and task arguments;
-  shapes     one container template per distinct accelerator, devices, resources,
-             NIC mode and HCCL_IF_IP, named <accelerator>-x<devices>[-2, -3, ...];
-  backend, worldSize, master, anyAscend.
-It validates first, so it only ever plans valid values.
-Usage: include "torchdag.plan" (dict "root" $ "plan" $plan)
+summary.summary_lines(): the per-node table, from a plan (torchdag.plan). Takes
+(dict "plan" $plan "values" .Values "short" bool); the short form keeps the first and
+last four rows of a large job.
 */}}
-{{- define "torchdag.plan" -}}
-{{- include "torchdag.validate" .root -}}
-{{- $v := .root.Values -}}
+{{- define "torchdag.summary" -}}
 {{- $plan := .plan -}}
-{{- $nodes := $v.nodes -}}
-{{- $ascendKinds := list "ascend310p" "ascend310" "ascend910" -}}
-{{- $resourceName := dict "ascend310p" "huawei.com/Ascend310P" "ascend310" "huawei.com/Ascend310" "ascend910" "huawei.com/Ascend910" "nvidia" "nvidia.com/gpu" -}}
-{{- $deviceKind := dict "ascend310p" "npu" "ascend310" "npu" "ascend910" "npu" "nvidia" "cuda" "cpu" "cpu" -}}
-{{- /* validate.IPV4: RE2 and Python's re read it the same way */ -}}
-{{- $ipv4 := `^((25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])\.){3}(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])$` -}}
-
-{{- $masterIndex := int (include "torchdag.masterIndex" $v) -}}
-{{- $order := list $masterIndex -}}
-{{- range $index, $_ := $nodes -}}
-{{- if ne $index $masterIndex -}}
-{{- $order = append $order $index -}}
+{{- $v := .values -}}
+{{- $lines := list
+  (printf "torchdag job %s: %d node(s), world size %d, backend %s (%s)" $v.name (len $plan.nodes) $plan.worldSize $plan.backend $plan.backendReason)
+  (printf "master: %s (rank 0) at %s:%d" $plan.master.name $plan.master.address (int64 $v.port))
+  (printf "gang scheduling: %s; whole-job restarts: %d" ($v.scheduling.gang | default "none") (int64 ($v.failurePolicy.maxRestarts | default 0))) -}}
+{{- $pg := $v.timeouts.processGroup -}}
+{{- $ascend := false -}}
+{{- range $plan.shapes -}}
+{{- if (index $plan.catalog.devices .device).ascend -}}
+{{- $ascend = true -}}
 {{- end -}}
 {{- end -}}
-
-{{- $shapes := list -}}
-{{- $shapeByKey := dict -}}
-{{- $namesTaken := dict -}}
-{{- $planned := list -}}
-{{- $worldSize := 0 -}}
-{{- range $rank, $index := $order -}}
-{{- $node := index $nodes $index -}}
-{{- $accelerator := $node.accelerator | default "cpu" -}}
-{{- $devices := int64 ($node.devices | default 1) -}}
-{{- $address := $node.address | default $node.name -}}
-{{- $nic := $node.nic | default "" -}}
-{{- $nicMode := "named" -}}
-{{- if not $nic -}}
-{{- $nicMode = "none" -}}
-{{- else if eq $nic "auto" -}}
-{{- $nicMode = "auto" -}}
-{{- end -}}
-{{- $ascend := has $accelerator $ascendKinds -}}
-{{- $hasIfIp := and $ascend (regexMatch $ipv4 $address) -}}
-
-{{- /* plan._resources: the node's own resources replace the top-level ones */ -}}
-{{- $chosen := $v.resources | default dict -}}
-{{- if hasKey $node "resources" -}}
-{{- $chosen = $node.resources | default dict -}}
-{{- end -}}
-{{- $resources := dict -}}
-{{- range $section := list "requests" "limits" -}}
-{{- $given := index $chosen $section | default dict -}}
-{{- $items := dict -}}
-{{- range $key := list "cpu" "memory" -}}
-{{- if hasKey $given $key -}}
-{{- $_ := set $items $key (include "torchdag.quantity" (index $given $key)) -}}
+{{- if and $pg $ascend -}}
+{{- $hccl := include "torchdag.hcclExecTimeout" (dict "catalog" $plan.catalog "seconds" $pg) -}}
+{{- if ne $hccl (printf "%d" (int64 $pg)) -}}
+{{- $lines = append $lines (printf "HCCL_EXEC_TIMEOUT: %s s (timeouts.processGroup %d s, as CANN reads it: a multiple of 68, at most 17340)" $hccl (int64 $pg)) -}}
 {{- end -}}
 {{- end -}}
-{{- if $items -}}
-{{- $_ := set $resources $section $items -}}
+{{- $rows := list (list "rank" "node" "address" "nic" "accelerator" "devices" "template") -}}
+{{- range $plan.nodes -}}
+{{- $rows = append $rows (list (toString .rank) .name .address (.nic | default "-") .accelerator (toString .devices) .shape.name) -}}
+{{- end -}}
+{{- $skipped := 0 -}}
+{{- if and .short (gt (len $rows) 9) -}}
+{{- $skipped = sub (len $rows) 9 -}}
+{{- $rows = concat (slice $rows 0 5) (slice $rows (sub (len $rows) 4)) -}}
+{{- end -}}
+{{- $widths := list 0 0 0 0 0 0 0 -}}
+{{- range $row := $rows -}}
+{{- $next := list -}}
+{{- range $i, $cell := $row -}}
+{{- $next = append $next (max (index $widths $i) (len $cell)) -}}
+{{- end -}}
+{{- $widths = $next -}}
+{{- end -}}
+{{- range $r, $row := $rows -}}
+{{- if and $skipped (eq $r 5) -}}
+{{- $lines = append $lines (printf "... %d more node(s) ..." $skipped) -}}
+{{- end -}}
+{{- $cells := list -}}
+{{- range $i, $cell := $row -}}
+{{- if eq $i 0 -}}
+{{- $cells = append $cells (printf "%*s" (int (index $widths 0)) $cell) -}}
+{{- else -}}
+{{- $cells = append $cells (printf "%-*s" (int (index $widths $i)) $cell) -}}
 {{- end -}}
 {{- end -}}
-{{- if hasKey $resourceName $accelerator -}}
-{{- /* extended resources take their request from the limit */ -}}
-{{- $limits := $resources.limits | default dict -}}
-{{- $_ := set $limits (index $resourceName $accelerator) (toString $devices) -}}
-{{- $_ := set $resources "limits" $limits -}}
+{{- $lines = append $lines (regexReplaceAll " +$" (join "  " $cells) "") -}}
+{{- end -}}
+{{- join "\n" $lines -}}
 {{- end -}}
 
-{{- $key := printf "%s|%d|%s|%s|%t" $accelerator $devices (toJson $resources) $nicMode $hasIfIp -}}
-{{- if not (hasKey $shapeByKey $key) -}}
-{{- $base := printf "%s-x%d" $accelerator $devices -}}
-{{- $taken := add1 (get $namesTaken $base | default 0) -}}
-{{- $_ := set $namesTaken $base $taken -}}
-{{- $name := $base -}}
-{{- if gt $taken 1 -}}
-{{- $name = printf "%s-%d" $base $taken -}}
-{{- end -}}
-{{- $parameters := list "host" "node-rank" -}}
-{{- if eq $nicMode "named" -}}
-{{- $parameters = append $parameters "nic" -}}
-{{- end -}}
-{{- if $hasIfIp -}}
-{{- $parameters = append $parameters "if-ip" -}}
-{{- end -}}
-{{- $shape := dict "name" $name "accelerator" $accelerator "ascend" $ascend "device" (index $deviceKind $accelerator) "devices" $devices "resources" $resources "nicMode" $nicMode "hasIfIp" $hasIfIp "parameters" $parameters -}}
-{{- $_ := set $shapeByKey $key $shape -}}
-{{- $shapes = append $shapes $shape -}}
-{{- end -}}
-{{- $shape := index $shapeByKey $key -}}
-
-{{- $argumentValues := dict "host" $node.name "node-rank" (toString $rank) "nic" $nic "if-ip" $address -}}
-{{- $arguments := list -}}
-{{- range $parameter := $shape.parameters -}}
-{{- $arguments = append $arguments (list $parameter (index $argumentValues $parameter)) -}}
-{{- end -}}
-{{- $planned = append $planned (dict "task" (printf "node-%d" $rank) "name" $node.name "address" $address "shape" $shape "arguments" $arguments "devices" $devices) -}}
-{{- $worldSize = add $worldSize $devices -}}
-{{- end -}}
-
-{{- $backend := include "torchdag.backend" $v -}}
-{{- $anyAscend := false -}}
-{{- range $shape := $shapes -}}
-{{- if $shape.ascend -}}
-{{- $anyAscend = true -}}
-{{- end -}}
-{{- end -}}
-{{- $_ := set $plan "nodes" $planned -}}
-{{- $_ := set $plan "shapes" $shapes -}}
-{{- $_ := set $plan "master" (first $planned) -}}
-{{- $_ := set $plan "backend" $backend -}}
-{{- $_ := set $plan "worldSize" $worldSize -}}
-{{- $_ := set $plan "anyAscend" $anyAscend -}}
+{{/* The summary as YAML comments, as render.py writes it above the Workflow. Takes (dict "plan" "values"). */}}
+{{- define "torchdag.summaryComment" -}}
+{{- $lines := splitList "\n" (include "torchdag.summary" (dict "plan" .plan "values" .values "short" false)) -}}
+{{- range $lines }}
+# {{ . }}
+{{- end }}
+# Rendered by torchdag: edit the values file, not this file.
 {{- end -}}

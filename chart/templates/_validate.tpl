@@ -1,25 +1,38 @@
 {{/*
-The rules values.schema.json cannot express, mirrored from torchdag/validate.py with
-the same wording: one line per problem, "field.path: message", all reported at once.
-Helm has checked the schema before any template runs, so the values here have the
-schema's shape; as in validate.py, the cross-field rules run only once no string
-holds '{{' or NUL.
+The rules values.schema.json cannot express: torchdag/validate.py's semantic_problems and
+string_problems for the chart, with the same wording, reading the same catalogue
+(_catalog.tpl). One line per problem, "field.path: message", all reported at once.
+Helm has checked the schema before any template runs.
+Usage: include "torchdag.validate" (dict "root" $ "catalog" $catalog)
 */}}
 {{- define "torchdag.validate" -}}
-{{- $v := .Values -}}
+{{- $v := .root.Values -}}
+{{- $cat := .catalog -}}
 {{- $problems := list -}}
+{{- /* A section a user nulled is reported below; the other rules read it as empty. */ -}}
+{{- $ascend := $v.ascend | default dict -}}
+{{- $launcher := $v.launcher | default dict -}}
+{{- $rbac := $v.rbac | default dict -}}
 
-{{- /* validate.placeholder_problems: '{{' anywhere (Argo has no escape for it, argo#8253) or NUL.
-       Go's JSON shows both ('{{' verbatim, NUL as \u0000), so the walk only runs when needed. */ -}}
+{{- /* validate.string_problems: '{{', NUL and characters YAML cannot carry. Go's JSON shows
+       all of them ('{{' and the controls verbatim, NUL as \u0000), so the walk runs only when needed. */ -}}
 {{- $json := toJson $v -}}
-{{- if or (contains "{{" $json) (contains "\\u0000" $json) -}}
+{{- if or (contains "{{" $json) (contains "\\u0000" $json) (regexMatch "[\\x{7f}-\\x{9f}\\x{fffe}\\x{ffff}]" $json) -}}
 {{- $found := dict "problems" (list) -}}
 {{- include "torchdag.validate.strings" (dict "path" "" "value" $v "found" $found) -}}
 {{- $problems = $found.problems -}}
 {{- end -}}
 
-{{- if not $problems -}}
-{{- /* validate.semantic_problems */ -}}
+{{- /* validate.null_problems: a user null deleted a default that has no meaningful absence */ -}}
+{{- range $refused := $cat.nullRefused -}}
+{{- $path := $refused.path -}}
+{{- $section := index $v (first $path) -}}
+{{- if or (and (eq (len $path) 1) (not (hasKey $v (first $path)))) (and (eq (len $path) 2) (kindIs "map" $section) (not (hasKey ($section | default dict) (last $path)))) -}}
+{{- $problems = append $problems (printf "%s: is null, which would delete %s; remove the line to keep the default, or give a value" (join "." $path) $refused.what) -}}
+{{- end -}}
+{{- end -}}
+
+{{- /* validate._node_problems */ -}}
 {{- $firstByName := dict -}}
 {{- $firstByAddress := dict -}}
 {{- $masterIndex := -1 -}}
@@ -46,45 +59,110 @@ holds '{{' or NUL.
 {{- end -}}
 {{- end -}}
 
+{{- /* validate.backend_problems: which backend can span these nodes, card by card */ -}}
 {{- $kinds := list -}}
+{{- $anyAscend := false -}}
 {{- range $node := $v.nodes -}}
-{{- $kinds = append $kinds ($node.accelerator | default "cpu") -}}
+{{- $kind := $node.accelerator | default "cpu" -}}
+{{- $kinds = append $kinds $kind -}}
+{{- if (index $cat.devices (index $cat.accelerators $kind).device).ascend -}}
+{{- $anyAscend = true -}}
+{{- end -}}
 {{- end -}}
 {{- $distinct := uniq $kinds -}}
 {{- $backend := $v.backend | default "auto" -}}
+{{- $backendProblem := "" -}}
 {{- if and (eq $backend "auto") (gt (len $distinct) 1) -}}
-{{- $problems = append $problems (printf "backend: auto cannot pick one backend for nodes of different accelerator kinds (%s): hccl and nccl cannot span them; set backend: gloo to train across them" (join ", " $distinct)) -}}
-{{- else if eq $backend "hccl" -}}
-{{- range $index, $kind := $kinds -}}
-{{- if not (has $kind (list "ascend310p" "ascend310" "ascend910")) -}}
-{{- $problems = append $problems (printf "backend: hccl needs Ascend nodes, but nodes[%d] is %s; use backend: gloo to mix kinds" $index $kind) -}}
-{{- break -}}
-{{- end -}}
-{{- end -}}
+{{- $backendProblem = printf "auto cannot pick one backend for nodes of different accelerator kinds (%s): hccl and nccl cannot span them; set backend: gloo to train across them" (join ", " $distinct) -}}
 {{- else if eq $backend "nccl" -}}
 {{- range $index, $kind := $kinds -}}
-{{- if ne $kind "nvidia" -}}
-{{- $problems = append $problems (printf "backend: nccl needs nvidia nodes, but nodes[%d] is %s; use backend: gloo to mix kinds" $index $kind) -}}
-{{- break -}}
+{{- if and (not $backendProblem) (ne (index $cat.devices (index $cat.accelerators $kind).device).backend "nccl") -}}
+{{- $backendProblem = printf "nccl needs nvidia nodes, but nodes[%d] is %s; use backend: gloo to mix kinds" $index $kind -}}
 {{- end -}}
 {{- end -}}
+{{- else if eq $backend "hccl" -}}
+{{- range $index, $kind := $kinds -}}
+{{- if and (not $backendProblem) (not (index $cat.devices (index $cat.accelerators $kind).device).ascend) -}}
+{{- $backendProblem = printf "hccl needs Ascend nodes, but nodes[%d] is %s; use backend: gloo to mix kinds" $index $kind -}}
+{{- end -}}
+{{- end -}}
+{{- if and (not $backendProblem) (gt (len $distinct) 1) -}}
+{{- $backendProblem = printf "hccl cannot span different Ascend kinds (%s); use backend: gloo to train across them" (join ", " $distinct) -}}
+{{- end -}}
+{{- if not $backendProblem -}}
+{{- $kind := first $distinct -}}
+{{- $support := (index $cat.accelerators $kind).hccl -}}
+{{- if eq $support "none" -}}
+{{- $backendProblem = printf "hccl: %s has no HCCL collectives (Huawei's HCCL product table); use backend: gloo" $kind -}}
+{{- else if and (eq $support "duo-single") (gt (len $v.nodes) 1) -}}
+{{- $backendProblem = printf "hccl on %s works within one server only (Atlas 300I Duo), and this job has %d nodes; use backend: gloo across nodes" $kind (len $v.nodes) -}}
+{{- else if and (eq $support "duo-single") (not $ascend.duoCard) -}}
+{{- $backendProblem = printf "hccl on %s needs Atlas 300I Duo cards; set ascend.duoCard: true if the node has them, else use backend: gloo" $kind -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- if $backendProblem -}}
+{{- $problems = append $problems (printf "backend: %s" $backendProblem) -}}
 {{- end -}}
 
-{{- /* validate.RESERVED_ENV: variables torchdag sets itself */ -}}
-{{- $reserved := list "TORCHDAG_BACKEND" "TORCHDAG_DEVICE" "TORCHDAG_PG_TIMEOUT" "GLOO_SOCKET_IFNAME" "NCCL_SOCKET_IFNAME" "HCCL_SOCKET_IFNAME" "HCCL_IF_IP" "HCCL_CONNECT_TIMEOUT" "HCCL_EXEC_TIMEOUT" "MASTER_ADDR" "MASTER_PORT" "RANK" "LOCAL_RANK" "WORLD_SIZE" "LOCAL_WORLD_SIZE" -}}
-{{- range $key, $_ := $v.env -}}
-{{- if has $key $reserved -}}
+{{- /* validate._env_problems */ -}}
+{{- $maxArgBytes := 131071 -}}
+{{- range $key, $value := $v.env -}}
+{{- if has $key $cat.reservedEnv -}}
 {{- $problems = append $problems (printf "env.%s: is set by torchdag itself (from nodes[], port, timeouts and backend); remove it and use those keys" $key) -}}
+{{- else if gt (add (len $key) 1 (len $value)) $maxArgBytes -}}
+{{- $problems = append $problems (printf "env.%s: is %d bytes; Linux refuses an environment string over %d bytes (MAX_ARG_STRLEN)" $key (len $value) $maxArgBytes) -}}
 {{- end -}}
 {{- end -}}
 
-{{- /* validate.BUILTIN_VOLUMES: volume names the rendered pods use already */ -}}
-{{- $builtin := list "dshm" "ascend-driver-lib64" "ascend-driver-version" "ascend-dcmi" "ascend-npu-smi" "ascend-install-info" -}}
+{{- /* validate._argument_problems */ -}}
+{{- if gt (len $v.script) $maxArgBytes -}}
+{{- $problems = append $problems (printf "script: is %d bytes; Linux refuses a single argument over %d bytes (MAX_ARG_STRLEN)" (len $v.script) $maxArgBytes) -}}
+{{- end -}}
+{{- range $index, $word := $v.args -}}
+{{- if gt (len $word) $maxArgBytes -}}
+{{- $problems = append $problems (printf "args[%d]: is %d bytes; Linux refuses a single argument over %d bytes (MAX_ARG_STRLEN)" $index (len $word) $maxArgBytes) -}}
+{{- end -}}
+{{- end -}}
+{{- $planned := list "nnodes" "node_rank" "nproc_per_node" "master_addr" "master_port" "rdzv_conf" "max_restarts" "rdzv_backend" "rdzv_endpoint" "rdzv_id" "standalone" -}}
+{{- range $index, $word := $launcher.extraArgs -}}
+{{- if gt (len $word) $maxArgBytes -}}
+{{- $problems = append $problems (printf "launcher.extraArgs[%d]: is %d bytes; Linux refuses a single argument over %d bytes (MAX_ARG_STRLEN)" $index (len $word) $maxArgBytes) -}}
+{{- end -}}
+{{- $flag := regexReplaceAll "^-+" (first (splitList "=" $word)) "" | replace "-" "_" -}}
+{{- if and (hasPrefix "-" $word) (has $flag $planned) -}}
+{{- $problems = append $problems (printf "launcher.extraArgs[%d]: '%s' sets a launcher flag torchdag plans itself (from nodes[], port, timeouts, launcher.maxRestarts); remove it and use those keys" $index $word) -}}
+{{- end -}}
+{{- end -}}
+
+{{- /* validate._metadata_problems */ -}}
+{{- range $key, $_ := $v.labels -}}
+{{- if hasPrefix "torchdag.io/" $key -}}
+{{- $problems = append $problems (printf "labels['%s']: the torchdag.io/ prefix is torchdag's own (job and node-rank labels); choose another key" $key) -}}
+{{- end -}}
+{{- end -}}
+{{- $annotationBytes := 0 -}}
+{{- range $key, $value := $v.annotations -}}
+{{- $annotationBytes = add $annotationBytes (len $key) (len $value) -}}
+{{- end -}}
+{{- if gt $annotationBytes 262144 -}}
+{{- $problems = append $problems (printf "annotations: hold %d bytes; Kubernetes allows 262144 bytes of annotations per object" $annotationBytes) -}}
+{{- end -}}
+
+{{- /* validate._volume_problems */ -}}
+{{- $builtin := list $cat.shmVolume.name -}}
+{{- $driverMounts := dict -}}
+{{- range $cat.ascendMounts -}}
+{{- $builtin = append $builtin .name -}}
+{{- if and $anyAscend $ascend.mountDriver -}}
+{{- $_ := set $driverMounts .mountPath .name -}}
+{{- end -}}
+{{- end -}}
 {{- $seenVolumes := dict -}}
 {{- $seenMounts := dict -}}
 {{- range $index, $volume := $v.volumes -}}
 {{- $name := $volume.name -}}
-{{- $mount := regexReplaceAll "/+$" $volume.mountPath "" | default "/" -}}
+{{- $mount := clean $volume.mountPath -}}
 {{- if has $name $builtin -}}
 {{- $problems = append $problems (printf "volumes[%d].name: '%s' is used by torchdag itself; choose another name" $index $name) -}}
 {{- else if hasKey $seenVolumes $name -}}
@@ -93,20 +171,23 @@ holds '{{' or NUL.
 {{- if not (hasKey $seenVolumes $name) -}}
 {{- $_ := set $seenVolumes $name $index -}}
 {{- end -}}
-{{- if and (eq $mount "/dev/shm") $v.shmSize -}}
-{{- $problems = append $problems (printf "volumes[%d].mountPath: /dev/shm is mounted by torchdag (shmSize); set shmSize: \"\" to mount your own" $index) -}}
+{{- if and (eq $mount $cat.shmVolume.mountPath) $v.shmSize -}}
+{{- $problems = append $problems (printf "volumes[%d].mountPath: '%s' is /dev/shm, which torchdag mounts (shmSize); set shmSize: \"\" to mount your own" $index $volume.mountPath) -}}
+{{- else if hasKey $driverMounts $mount -}}
+{{- $problems = append $problems (printf "volumes[%d].mountPath: '%s' is where torchdag mounts the Ascend driver (%s); set ascend.mountDriver: false to mount the driver yourself" $index $volume.mountPath (index $driverMounts $mount)) -}}
 {{- else if hasKey $seenMounts $mount -}}
-{{- $problems = append $problems (printf "volumes[%d].mountPath: '%s' is also the mountPath of volumes[%d]" $index $mount (index $seenMounts $mount)) -}}
+{{- $problems = append $problems (printf "volumes[%d].mountPath: '%s' is also the mountPath of volumes[%d]" $index $volume.mountPath (index $seenMounts $mount)) -}}
 {{- end -}}
 {{- if not (hasKey $seenMounts $mount) -}}
 {{- $_ := set $seenMounts $mount $index -}}
 {{- end -}}
 {{- end -}}
 
-{{- /* Chart only: the ServiceAccount to create needs a name, and the Workflow must use it. */ -}}
-{{- if and ($v.rbac | default dict).createServiceAccount (not $v.serviceAccountName) -}}
+{{- /* Chart only: the ServiceAccount to create needs a name, and the Role is never bound to `default` silently. */ -}}
+{{- if and $rbac.createServiceAccount (not $v.serviceAccountName) -}}
 {{- $problems = append $problems "serviceAccountName: must be set when rbac.createServiceAccount is true: it names the ServiceAccount to create and the one the pods run as" -}}
-{{- end -}}
+{{- else if and $rbac.create (not $v.serviceAccountName) -}}
+{{- $problems = append $problems "serviceAccountName: must be set when rbac.create is true: binding the executor Role to the namespace's default ServiceAccount would grant it to every pod that runs as default" -}}
 {{- end -}}
 
 {{- if $problems -}}
@@ -115,29 +196,23 @@ holds '{{' or NUL.
 {{- end -}}
 
 {{/*
-Walks every value (keys included) for '{{' and NUL, collecting "path: message" lines
-in .found.problems; paths are written as render.py writes them (nodes[2].nic, env.KEY).
+Walks every value (keys included) for what validate._string_problem refuses, collecting
+"path: message" lines in .found.problems; paths are written as render.py writes them.
 */}}
 {{- define "torchdag.validate.strings" -}}
 {{- $path := .path -}}
 {{- $found := .found -}}
 {{- if kindIs "string" .value -}}
-{{- if contains "{{" .value -}}
-{{- /* validate._show: the value, cut to 80 characters */ -}}
-{{- $shown := quote .value -}}
-{{- if gt (len $shown) 80 -}}
-{{- $shown = printf "%s..." (regexFind "^.{0,77}" $shown) -}}
-{{- end -}}
-{{- $_ := set $found "problems" (append $found.problems (printf "%s: %s contains '{{', which Argo would read as a placeholder and cannot escape; remove it" $path $shown)) -}}
-{{- end -}}
-{{- if contains "\x00" .value -}}
-{{- $_ := set $found "problems" (append $found.problems (printf "%s: contains a NUL character, which no process argument or environment value can carry" $path)) -}}
+{{- $message := include "torchdag.validate.string" (dict "text" .value "isKey" false) -}}
+{{- if $message -}}
+{{- $_ := set $found "problems" (append $found.problems (printf "%s: %s" $path $message)) -}}
 {{- end -}}
 {{- else if kindIs "map" .value -}}
 {{- range $key, $item := .value -}}
 {{- $sub := ternary $key (printf "%s.%s" $path $key) (eq $path "") -}}
-{{- if contains "{{" $key -}}
-{{- $_ := set $found "problems" (append $found.problems (printf "%s: key contains '{{', which Argo would read as a placeholder and cannot escape; remove it" $sub)) -}}
+{{- $message := include "torchdag.validate.string" (dict "text" $key "isKey" true) -}}
+{{- if $message -}}
+{{- $_ := set $found "problems" (append $found.problems (printf "%s: %s" $sub $message)) -}}
 {{- end -}}
 {{- include "torchdag.validate.strings" (dict "path" $sub "value" $item "found" $found) -}}
 {{- end -}}
@@ -146,4 +221,25 @@ in .found.problems; paths are written as render.py writes them (nodes[2].nic, en
 {{- include "torchdag.validate.strings" (dict "path" (printf "%s[%d]" $path $index) "value" $item "found" $found) -}}
 {{- end -}}
 {{- end -}}
+{{- end -}}
+
+{{/* validate._string_problem: what is wrong with one string, or nothing. Takes (dict "text" "isKey"). */}}
+{{- define "torchdag.validate.string" -}}
+{{- $subject := ternary "key " "" .isKey -}}
+{{- if contains "{{" .text -}}
+{{- printf "%s contains '{{', which Argo would read as a placeholder and cannot escape; remove it" (ternary "key" (include "torchdag.validate.show" .text) .isKey) -}}
+{{- else if contains "\x00" .text -}}
+{{- printf "%scontains a NUL character, which no process argument or environment value can carry" $subject -}}
+{{- else if regexMatch "[\\x{7f}-\\x{9f}\\x{fffe}\\x{ffff}]" .text -}}
+{{- printf "%scontains a control character (DEL, U+0080-U+009F, U+FFFE or U+FFFF), which YAML cannot carry; remove it" $subject -}}
+{{- end -}}
+{{- end -}}
+
+{{/* validate._show: a value as the message shows it, cut to 80 characters. */}}
+{{- define "torchdag.validate.show" -}}
+{{- $shown := quote . -}}
+{{- if gt (len $shown) 80 -}}
+{{- $shown = printf "%s..." (regexFind "^.{0,77}" $shown) -}}
+{{- end -}}
+{{- $shown -}}
 {{- end -}}
