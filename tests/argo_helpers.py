@@ -15,7 +15,7 @@ from typing import Any
 
 import kubernetes_validate
 
-from torchdag.localrun_expand import kube_command, kube_container_env
+from torchdag.localrun.expand import kube_command, kube_container_env
 
 KUBERNETES_VERSION = "1.35.0"
 

@@ -1,8 +1,10 @@
 """torchdag.localrun: the rendered Workflow's DAG run as local processes (make smoke).
 
 Real torchrun jobs on 127.0.0.1 (2 nodes x 2 processes, a few dozen steps), a node
-killed mid-run, refusal of GPU/NPU nodes, substitution and $(VAR) expansion, and the
-Workflow's own timeouts bounding a hang when nothing stops the survivors.
+killed mid-run, refusal of GPU/NPU nodes, substitution and $(VAR) expansion, the
+Workflow's own timeouts bounding a hang when nothing stops the survivors, files of several
+documents, and whole-job restarts (the DAG's retryStrategy: a stand-in script for speed,
+and a real torchrun job whose killed worker makes every node resume from a checkpoint).
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import queue
+import re
 import signal
 import socket
 import subprocess
@@ -26,17 +29,26 @@ from hypothesis import strategies as st
 
 from torchdag.cli import build
 from torchdag.localrun import (
+    EXIT_INVALID,
     EXIT_REFUSED,
     LocalRunError,
     Options,
+    Outcome,
+    RetryPolicy,
     Supervisor,
+    TaskResult,
+    load,
     load_workflow,
     local_devices,
+    loss_value,
+    parse_duration,
     prepare,
+    prepare_job,
     summary_lines,
 )
-from torchdag.localrun_expand import UnresolvedTag, argo_substitute, kube_container_env, kube_expand
-from torchdag.yamlout import kube_escape
+from torchdag.localrun import main as localrun_main
+from torchdag.localrun.expand import UnresolvedTag, argo_substitute, kube_container_env, kube_expand
+from torchdag.plan import dollar_escape
 
 REPO = Path(__file__).resolve().parent.parent
 LOCAL = REPO / "examples" / "local.yaml"
@@ -47,6 +59,11 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+def rendered_workflow(text: str) -> dict:
+    """The Workflow among the documents render.py wrote (it may write others beside it)."""
+    return next(d for d in yaml.safe_load_all(text) if d and d.get("kind") in ("Workflow", "WorkflowTemplate"))
 
 
 def values_with(tmp_path: Path, name: str = "values.yaml", **changes) -> Path:
@@ -132,7 +149,10 @@ def test_smoke_local_example_exits_0_with_a_summary():
     summary = text[text.index("[localrun] summary of local-smoke-"):].splitlines()
     assert summary[1].split()[1:5] == ["node-0", "ok", "exit", "0"], summary
     assert summary[2].split()[1:5] == ["node-1", "ok", "exit", "0"], summary
-    assert "last loss: [trainer]" in summary[1] and " loss " in summary[1]
+    # The loss column is the number alone: the trainer's last line is "done: 40 steps, loss A -> B".
+    final = re.search(r"\[node-0\] \[trainer\] done: 40 steps, loss \S+ -> (\S+)", text).group(1)
+    assert summary[1].endswith(f"last loss: {final}"), summary
+    assert summary[2].endswith("last loss: -"), summary
     assert summary[-1] == "[localrun] result: every task exited 0"
     # The mappings are said, not silent.
     assert "[localrun] node-1: master address 198.18.0.1 -> 127.0.0.1" in text
@@ -302,8 +322,8 @@ def test_kube_env_sees_only_earlier_entries():
 @settings(max_examples=300, deadline=None)
 @given(st.text(), st.dictionaries(st.text(st.characters(blacklist_characters=")"), min_size=1), st.text(), max_size=3))
 def test_escaped_strings_survive_expansion_byte_exact(value, env):
-    # render.py writes every user string through kube_escape; expansion must undo exactly that.
-    assert kube_expand(kube_escape(value), env.get) == value
+    # render.py writes every user string through dollar_escape; expansion must undo exactly that.
+    assert kube_expand(dollar_escape(value), env.get) == value
 
 
 def test_argo_substitution_is_single_pass_and_strict():
@@ -315,7 +335,7 @@ def test_argo_substitution_is_single_pass_and_strict():
 
 
 def test_workflow_variables_and_parameters_are_substituted():
-    doc = yaml.safe_load(build(LOCAL))
+    doc = rendered_workflow(build(LOCAL))
     doc["metadata"]["namespace"] = "team"
     doc["spec"]["arguments"] = {"parameters": [{"name": "steps", "value": "7"}]}
     task = doc["spec"]["templates"][0]["dag"]["tasks"][1]
@@ -370,8 +390,6 @@ def test_hostile_strings_reach_the_script_byte_exact(tmp_path):
 
 
 def test_summary_names_the_first_failure():
-    from torchdag.localrun import Outcome, TaskResult
-
     outcome = Outcome("wf-x", [TaskResult("node-0", pid=1, returncode=1, started=0, ended=3, stopped_by_runner="node-1 failed"),
                                TaskResult("node-1", pid=2, returncode=-9, started=0, ended=2)],
                       first_failure="node-1", elapsed=3)
@@ -380,3 +398,271 @@ def test_summary_names_the_first_failure():
     assert lines[2].split()[:5] == ["node-1", "FAILED", "killed", "by", "SIGKILL"]
     assert lines[3] == "node-1 failed first (killed by SIGKILL after 2.0 s); stopped by the runner: node-0"
     assert outcome.code == 1
+
+
+def test_loss_column_is_the_number_alone():
+    cases = {
+        "[trainer] step 40/40 loss 0.062957 samples/s 1234": "0.062957",
+        "[trainer] done: 40 steps, loss 1.0566297769546509 -> 0.06295721232891083": "0.06295721232891083",
+        "epoch 3 train_loss=1.5e-03 val_loss=2": "1.5e-03",
+        "Loss: 12": "12", "loss nan": "nan", "loss -inf": "-inf", "loss .5": ".5",
+        "loss.backward() took 3 ms": None, "losses 3": None, "gloss 2": None, "no loss here": None,
+    }
+    for line, number in cases.items():
+        assert loss_value(line) == number, line
+    outcome = Outcome("wf", [TaskResult("node-0", pid=1, returncode=0, started=0, ended=1, last_loss="0.0123")], elapsed=1)
+    assert summary_lines(outcome)[1].endswith("last loss: 0.0123")
+
+
+# ---------------------------------------------------------------- loading: errors, several documents
+
+
+@pytest.mark.parametrize("kind", ["missing", "folder", "binary"])
+def test_an_unreadable_values_file_reads_as_it_does_from_render_py(tmp_path, capsys, kind):
+    from torchdag.cli import main as render_main
+
+    path = {"missing": tmp_path / "nope.yaml", "folder": tmp_path, "binary": tmp_path / "latin1.yaml"}[kind]
+    if kind == "binary":
+        path.write_bytes(b"name: caf\xe9\n")
+    rendered = render_main([str(path)])
+    render_err = capsys.readouterr().err
+    ran = localrun_main([str(path)])
+    captured = capsys.readouterr()
+    assert (ran, captured.err) == (rendered, render_err) and rendered == EXIT_INVALID
+    assert captured.out == ""
+    if kind == "missing":
+        assert captured.err == f"{path}: (top level): no such file\n"
+
+
+def pod_group(api: str, name: str = "local-smoke") -> dict:
+    return {"apiVersion": api, "kind": "PodGroup", "metadata": {"name": name}, "spec": {"minMember": 2}}
+
+
+def test_the_workflow_is_found_among_several_documents_and_the_rest_named(tmp_path, capsys, monkeypatch):
+    workflow = rendered_workflow(build(LOCAL))
+    others = [pod_group("scheduling.volcano.sh/v1beta1"), pod_group("scheduling.x-k8s.io/v1alpha1"),
+              {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "extra"}}]
+    rendered = tmp_path / "workflow.yaml"
+    rendered.write_text("# header comment\n" + yaml.safe_dump_all([others[0], workflow, *others[1:]], explicit_start=True))
+    assert localrun_main([str(rendered), "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "[localrun] ignored: PodGroup local-smoke (scheduling.volcano.sh/v1beta1: gang scheduling is not simulated: " \
+           "every node starts here at once)" in out
+    assert "[localrun] ignored: PodGroup local-smoke (scheduling.x-k8s.io/v1alpha1: gang scheduling" in out
+    assert "[localrun] ignored: ConfigMap extra (v1: not run here)" in out
+    assert "[localrun] node-1: exec torchrun --nnodes=2 --node_rank=1 " in out
+
+    # A values file whose rendering holds several documents (torchdag.cli.build's text).
+    import torchdag.cli
+
+    real_build = torchdag.cli.build
+    monkeypatch.setattr(torchdag.cli, "build", lambda path: yaml.safe_dump(others[0]) + "---\n" + real_build(path))
+    loaded = load(LOCAL)
+    assert loaded.rendered_here and loaded.doc["kind"] == "Workflow"
+    assert loaded.ignored == ["ignored: PodGroup local-smoke (scheduling.volcano.sh/v1beta1: gang scheduling is not "
+                              "simulated: every node starts here at once)"]
+
+    # Kubernetes objects without a Workflow, or two Workflows: said, exit 2.
+    for docs, message in (([others[0]], "no argoproj.io Workflow or WorkflowTemplate among its 1 document(s): "
+                                        "PodGroup (scheduling.volcano.sh/v1beta1)"),
+                          ([workflow, workflow], "2 workflows (Workflow local-smoke-*, Workflow local-smoke-*); "
+                                                 "localrun runs one")):
+        rendered.write_text(yaml.safe_dump_all(docs))
+        assert localrun_main([str(rendered)]) == EXIT_INVALID
+        assert capsys.readouterr().err.startswith(f"localrun: {rendered}: {message}")
+
+
+# ---------------------------------------------------------------- whole-job restarts (retryStrategy)
+
+
+def with_restarts(doc: dict, limit: int = 2, duration: str = "1s", factor: str = "2") -> dict:
+    """What render.py emits for `failurePolicy.maxRestarts: N` (issue 11), injected into a
+    rendered Workflow: the entrypoint DAG's retryStrategy, a `restart` argument of
+    `{{retries}}` on every task, and TORCHDAG_RESTART in every container."""
+    templates = {t["name"]: t for t in doc["spec"]["templates"]}
+    train = templates[doc["spec"]["entrypoint"]]
+    if "retryStrategy" in train:  # the renderer does it already
+        return doc
+    train["retryStrategy"] = {"limit": str(limit), "retryPolicy": "Always",
+                              "backoff": {"duration": duration, "factor": factor}}
+    for task in train["dag"]["tasks"]:
+        task["arguments"]["parameters"].append({"name": "restart", "value": "{{retries}}"})
+    for template in templates.values():
+        if "container" in template:
+            template["inputs"]["parameters"].append({"name": "restart"})
+            template["container"]["env"].append({"name": "TORCHDAG_RESTART", "value": "{{inputs.parameters.restart}}"})
+    return doc
+
+
+def write_doc(path: Path, doc: dict) -> Path:
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return path
+
+
+def test_retry_strategy_is_read_as_argo_reads_it():
+    assert [parse_duration(v, "x") for v in (10, "10", "10s", "1m30s", "1.5h", "250ms")] == [10, 10, 10, 90, 5400, 0.25]
+    with pytest.raises(LocalRunError, match=r"x: '10 s' is not a duration"):
+        parse_duration("10 s", "x")
+    policy = RetryPolicy("train", limit=3, policy="Always", duration=10, factor=2)
+    assert [policy.delay(n) for n in (1, 2, 3)] == [10, 20, 40]
+    assert policy.refusal(3, 0, 40) is None
+    assert policy.refusal(4, 0, 80) == "no restarts left (limit 3)"
+    assert RetryPolicy("train", 3, "OnError").refusal(1, 0, 0) == "retryPolicy OnError does not retry a failed node"
+    assert RetryPolicy("train", None, duration=5, max_duration=60).refusal(9, 58, 5).startswith("backoff.maxDuration 60 s")
+    assert RetryPolicy("train", 2, duration=1, factor=2, cap=1.5).delay(3) == 1.5
+
+    doc = with_restarts(rendered_workflow(build(LOCAL)), limit=2, duration="10s")
+    job = prepare_job(doc, Options())
+    assert job.retry == RetryPolicy("train", 2, "Always", 10.0, 2)
+    assert [dict(t.env)["TORCHDAG_RESTART"] for t in job.tasks] == ["0", "0"]
+    assert [dict(t.env)["TORCHDAG_RESTART"] for t in job.tasks_for(2)] == ["2", "2"]
+    assert [t.argv for t in job.tasks_for(2)] == [t.argv for t in job.tasks]
+    # {{retries}} exists only where a retryStrategy puts it (Argo fails the workflow otherwise).
+    del doc["spec"]["templates"][0]["retryStrategy"]
+    with pytest.raises(LocalRunError, match=r"node-0: failed to resolve \{\{retries\}\}"):
+        prepare_job(doc, Options())
+    # Retries this runner cannot reproduce are refused, not run differently.
+    doc = with_restarts(rendered_workflow(build(LOCAL)))
+    doc["spec"]["templates"][1]["retryStrategy"] = {"limit": "1"}
+    with pytest.raises(LocalRunError, match=r"template 'cpu-x2': retryStrategy on a single pod is not simulated"):
+        prepare_job(doc, Options())
+
+
+def test_dry_run_shows_the_restart_policy_and_what_a_restart_changes(tmp_path, capsys):
+    rendered = write_doc(tmp_path / "workflow.yaml", with_restarts(rendered_workflow(build(LOCAL)), limit=2, duration="10s"))
+    assert localrun_main([str(rendered), "--dry-run"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].endswith("(gang stop on; timeout 600 s; restarts up to 2)")
+    assert "[localrun] retryStrategy on train: restarts up to 2, retryPolicy Always, backoff 10 s x2 (waits 10, 20 s)" in out
+    assert "[localrun] node-0: env TORCHDAG_RESTART=0" in out
+    assert "[localrun] node-0: on restart 1: env TORCHDAG_RESTART=1" in out
+    assert "[localrun] node-1: on restart 1: env TORCHDAG_RESTART=1" in out
+
+
+FLAKY = """\
+import os, sys, time
+rank, restart = sys.argv[1], int(os.environ["TORCHDAG_RESTART"])
+print(f"rank {rank} restart {restart}", flush=True)
+if restart < FAIL_UNTIL:
+    if rank == "1":
+        sys.exit(3)
+    time.sleep(60)  # the gang stop ends it
+print(f"loss 0.{restart}5", flush=True)
+"""
+
+
+def flaky_job(tmp_path: Path, fail_until: int, limit: int) -> Path:
+    """The rendered local example with its container swapped for a script that fails on
+    node-1 while {{retries}} < fail_until (node-0 waits to be stopped), with restarts."""
+    (tmp_path / "code").mkdir()
+    (tmp_path / "code" / "flaky.py").write_text(FLAKY.replace("FAIL_UNTIL", str(fail_until)))
+    doc = with_restarts(rendered_workflow(build(LOCAL)), limit=limit, duration="1s", factor="2")
+    container = doc["spec"]["templates"][1]["container"]
+    container["command"], container["args"] = ["python3", "/code/flaky.py"], ["{{inputs.parameters.node-rank}}"]
+    return write_doc(tmp_path / "workflow.yaml", doc)
+
+
+def test_a_failed_node_restarts_every_node_with_backoff_until_an_attempt_succeeds(tmp_path):
+    run = Run(str(flaky_job(tmp_path, fail_until=2, limit=2)), "--map", f"/code={tmp_path / 'code'}",
+              "--backoff-scale", "0.1", "--grace", "2", "--timeout", "60")
+    assert run.finish(90) == 0, run.text[-3000:]
+    lines = run.lines
+    assert "[localrun] restart 1/2 in 0.1 s: node-1 failed (exit 3)" in lines
+    assert "[localrun] restart 1/2: starting 2 task(s) again ({{retries}} = 1)" in lines
+    assert "[localrun] restart 2/2 in 0.2 s: node-1 failed (exit 3)" in lines
+    for restart in (0, 1, 2):
+        assert f"[node-0] rank 0 restart {restart}" in lines and f"[node-1] rank 1 restart {restart}" in lines
+    summary = lines[lines.index(next(line for line in lines if line.startswith("[localrun] summary of "))):]
+    assert summary[0].endswith(", 3 attempts):")
+    assert summary[1].startswith("[localrun] attempt 1 (restart 0, ")
+    assert summary[1].endswith("): node-1 failed first (exit 3 after " + summary[1].split(" after ")[1])
+    assert summary[1].endswith("; stopped by the runner: node-0")
+    assert summary[2].split()[1:5] == ["node-0", "stopped", "killed", "by"]
+    assert summary[3].split()[1:5] == ["node-1", "FAILED", "exit", "3"]
+    assert summary[4].startswith("[localrun] attempt 2 (restart 1, ") and ": node-1 failed first (exit 3" in summary[4]
+    assert summary[7].startswith("[localrun] attempt 3 (restart 2, ") and summary[7].endswith("): every task exited 0")
+    assert summary[8].endswith("last loss: 0.25") and summary[9].endswith("last loss: 0.25")
+    assert summary[-1] == "[localrun] result: every task exited 0 on attempt 3 (after 2 restarts)"
+
+
+def test_when_restarts_run_out_the_run_fails_naming_the_node(tmp_path):
+    run = Run(str(flaky_job(tmp_path, fail_until=9, limit=1)), "--map", f"/code={tmp_path / 'code'}",
+              "--backoff-scale", "0", "--grace", "2", "--timeout", "60")
+    assert run.finish(90) == 1, run.text[-3000:]
+    assert "[localrun] restart 1/1 in 0 s: node-1 failed (exit 3)" in run.lines
+    assert not any(line.startswith("[localrun] restart 2/") for line in run.lines)
+    assert run.lines[-1] == ("[localrun] result: FAILED (exit 1): node-1 failed on attempt 2 (after 1 restart); "
+                             "no restarts left (limit 1)")
+
+
+def children_of(pid: int) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                found.append(int(entry.name))
+    return found
+
+
+def test_a_killed_worker_restarts_every_node_which_resume_from_the_checkpoint(tmp_path):
+    """Issue 11's acceptance, on the injected retryStrategy: SIGKILL one training worker
+    of node-1 after the first checkpoint; both nodes restart and resume from it."""
+    checkpoints = tmp_path / "ckpt"
+    values = values_with(
+        tmp_path, args=["--type", "example", "--max-steps", "1000", "--log-every", "250",
+                        "--checkpoint-dir", str(checkpoints), "--checkpoint-every", "100"],
+        nodes=[{"name": "node-a", "address": "198.18.0.1", "devices": 1, "master": True},
+               {"name": "node-b", "address": "198.18.0.2", "devices": 1}],
+    )
+    rendered = write_doc(tmp_path / "workflow.yaml", with_restarts(rendered_workflow(build(values)), limit=2, duration="1s"))
+    run = Run(str(rendered), "--port", str(free_port()), "--backoff-scale", "0.5", "--timeout", "150")
+    pid_line = run.wait_for(lambda line: line.startswith("[localrun] node-1: pid "), 30)
+    agent = int(pid_line.split()[3].rstrip(":"))
+    run.wait_for(lambda line: line.startswith("[node-0] [trainer] checkpoint /"), 90)
+    workers = [pid for pid in children_of(agent) if b"train.py" in Path(f"/proc/{pid}/cmdline").read_bytes()]
+    assert workers, "node-1's torchrun has no training worker"
+    os.kill(workers[0], signal.SIGKILL)
+    rc = run.finish(150)
+    text = run.text
+    assert rc == 0, text[-4000:]
+    assert re.search(r"^\[localrun\] restart 1/2 in 0\.5 s: node-[01] failed \((exit \d+|killed by SIG\w+)\)$", text, re.M), text[-4000:]
+    resumed = re.search(r"^\[node-0\] \[trainer\] resumed from checkpoint .* at step (\d+)$", text, re.M)
+    assert resumed and int(resumed.group(1)) >= 100, text[-4000:]
+    assert "[node-0] [trainer] step 1000/1000 loss" in text
+    assert run.lines[-1] == "[localrun] result: every task exited 0 on attempt 2 (after 1 restart)"
+    assert processes_with(str(rendered)) == [] and processes_with(str(checkpoints)) == []
+
+
+@pytest.mark.parametrize("ending", ["interrupt", "timeout"])
+def test_a_stop_during_the_backoff_starts_no_restart(tmp_path, ending):
+    extra = ["--timeout", "3"] if ending == "timeout" else ["--timeout", "60"]
+    run = Run(str(flaky_job(tmp_path, fail_until=9, limit=2)), "--map", f"/code={tmp_path / 'code'}",
+              "--backoff-scale", "100", "--grace", "2", *extra)  # waits 100 s
+    run.wait_for(lambda line: line.startswith("[localrun] restart 1/2 in 100 s: node-1 failed (exit 3)"), 30)
+    if ending == "interrupt":
+        run.proc.send_signal(signal.SIGTERM)
+    rc = run.finish(20)
+    assert rc == {"interrupt": 130, "timeout": 124}[ending], run.text[-3000:]
+    said = {"interrupt": "no restart: the runner got SIGTERM", "timeout": "no restart: timed out after 3 s"}[ending]
+    assert f"[localrun] {said}" in run.lines
+    assert not any(line.startswith("[localrun] restart 1/2: starting") for line in run.lines)
+    waited = {"interrupt": "interrupted", "timeout": "timed out"}[ending]
+    assert f"[localrun] {waited} while waiting to restart" in run.lines
+    assert run.lines[-1] == f"[localrun] result: FAILED (exit {rc}) on attempt 1 (after 0 restarts)"
+
+
+def test_one_attempt_without_a_restart_left_says_why():
+    from torchdag.localrun import JobOutcome
+
+    attempt = Outcome("wf-x", [TaskResult("node-0", pid=1, returncode=0, started=0, ended=3),
+                               TaskResult("node-1", pid=2, returncode=1, started=0, ended=2)],
+                      first_failure="node-1", elapsed=3)
+    job = JobOutcome("wf-x", [attempt], RetryPolicy("train", 0, "Always"), elapsed=3, no_restart="no restarts left (limit 0)")
+    lines = summary_lines(job)
+    assert lines[0] == "summary of wf-x (3.0 s):" and lines[3] == "node-1 failed first (exit 1 after 2.0 s)"
+    assert lines[-1] == "result: FAILED (exit 1); no restart: no restarts left (limit 0)"
+    assert job.code == 1

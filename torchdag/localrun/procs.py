@@ -17,6 +17,7 @@ from pathlib import Path
 
 MARKER_ENV = "TORCHDAG_LOCALRUN_TASK"
 
+
 def _stat(pid: int) -> tuple[int, int, str] | None:
     """(ppid, start time, state) of pid, or None when it is gone."""
     try:

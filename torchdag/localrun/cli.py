@@ -1,0 +1,119 @@
+"""`python -m torchdag.localrun` (make smoke): load -> prepare -> supervise -> report."""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import signal
+import sys
+
+from ..problems import TorchdagError, report
+from .errors import EXIT_INVALID, EXIT_OK, LocalRunError
+from .load import load
+from .prepare import Job, Options, prepare_job
+from .report import summary_lines
+from .restart import JobRunner
+
+
+def _parse_map(text: str) -> tuple[str, str]:
+    src, sep, dst = text.partition("=")
+    if not sep or not src.startswith("/") or not dst:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected SRC=DST with an absolute SRC, e.g. /opt/torchdag=.")
+    return src, dst
+
+
+def _non_negative(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is negative")
+    return value
+
+
+def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=prog or "python -m torchdag.localrun",
+        description="Run a torchdag values file's rendered Workflow DAG as local processes (see docs/smoke.md).",
+    )
+    parser.add_argument("values", help="values file (rendered here) or a file render.py wrote (its Workflow is run)")
+    parser.add_argument("--map", dest="maps", action="append", default=[], type=_parse_map, metavar="SRC=DST",
+                        help="map an image path prefix that does not exist here to DST (repeatable; "
+                             "/opt/torchdag=<this checkout> is always last)")
+    parser.add_argument("--cpu", action="store_true", help="run GPU/NPU nodes on CPU (TORCHDAG_DEVICE=cpu, gloo) instead of refusing them")
+    parser.add_argument("--timeout", type=float, default=None, metavar="S",
+                        help="stop everything after S seconds, restarts included (exit 124); "
+                             "the Workflow's activeDeadlineSeconds also applies")
+    parser.add_argument("--no-gang-stop", dest="gang_stop", action="store_false",
+                        help="when a task fails, leave the others running (as Argo does) until they end on their own")
+    parser.add_argument("--grace", type=float, default=5.0, metavar="S", help="seconds between SIGTERM and SIGKILL when stopping a task (default 5)")
+    parser.add_argument("--backoff-scale", type=_non_negative, default=1.0, metavar="F",
+                        help="multiply the retryStrategy's backoff waits by F (default 1; 0: restart at once)")
+    parser.add_argument("--port", type=int, default=None, help="use this rendezvous port instead of the rendered one")
+    parser.add_argument("--only", action="append", default=[], metavar="TASK", help="run only this DAG task (repeatable)")
+    parser.add_argument("--dry-run", action="store_true", help="print what would run, with every mapping, and exit")
+    return parser
+
+
+def _dry_run(job: Job, out) -> None:
+    for task in job.tasks:
+        out.write(f"[localrun] {task.name}: cwd {task.cwd}\n")
+        for key, value in task.env:
+            out.write(f"[localrun] {task.name}: env {key}={shlex.quote(value)}\n")
+        out.write(f"[localrun] {task.name}: exec {shlex.join(task.prefix + task.argv)}\n")
+    if job.retry is not None and job.retry.limit != 0:
+        # What {{retries}} changes on a restart, so its path into the pods can be checked.
+        for first, again in zip(job.tasks, job.tasks_for(1)):
+            env = dict(first.env)
+            changed = [f"env {k}={shlex.quote(v)}" for k, v in again.env if env.get(k) != v]
+            if first.argv != again.argv:
+                changed.append(f"exec {shlex.join(again.prefix + again.argv)}")
+            out.write(f"[localrun] {first.name}: on restart 1: {'; '.join(changed) or 'nothing changes'}\n")
+
+
+def main(argv: list[str] | None = None, prog: str | None = None) -> int:
+    args = build_parser(prog).parse_args(argv)
+    options = Options(maps=args.maps, cpu=args.cpu, port=args.port, only=args.only)
+    try:
+        loaded = load(args.values)
+        job = prepare_job(loaded.doc, options)
+    except TorchdagError as err:
+        return report(err)
+    except OSError as err:  # the pipeline reading a file of its own
+        return report(LocalRunError(str(err), EXIT_INVALID))
+
+    out = sys.stdout
+    limits = [t for t in (args.timeout, job.deadline) if t]
+    timeout = min(limits) if limits else None
+    said = "gang stop on" if args.gang_stop else "no gang stop"
+    said += f"; timeout {f'{timeout:g} s' if timeout else 'none'}"
+    if job.retry is not None:
+        said += "; restarts " + (f"up to {job.retry.limit}" if job.retry.limit is not None else "without limit")
+    out.write(f"[localrun] workflow {job.workflow}: {len(job.tasks)} task(s) from the rendered DAG"
+              f"{' of ' + loaded.kind if loaded.kind != 'Workflow' else ''}, run here ({said})\n")
+    for note in loaded.ignored:
+        out.write(f"[localrun] {note}\n")
+    if job.retry is not None:
+        out.write(f"[localrun] {job.retry.describe(args.backoff_scale)}\n")
+    for task in job.tasks:
+        for note in task.notes:
+            out.write(f"[localrun] {task.name}: {note}\n")
+    if args.dry_run:
+        _dry_run(job, out)
+        return EXIT_OK
+    out.flush()
+
+    runner = JobRunner(job, out=out, gang_stop=args.gang_stop, timeout=timeout, grace=args.grace,
+                       backoff_scale=args.backoff_scale)
+
+    def on_signal(signum, _frame):
+        runner.request_stop(f"the runner got {signal.Signals(signum).name}", interrupted=True)
+
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, on_signal)
+    outcome = runner.run()
+    for line in summary_lines(outcome):
+        out.write(f"[localrun] {line}\n")
+    out.flush()
+    return outcome.code

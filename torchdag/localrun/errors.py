@@ -1,0 +1,25 @@
+"""Exit statuses and the runner's one error class (rooted in torchdag.problems.TorchdagError)."""
+
+from __future__ import annotations
+
+from ..problems import TorchdagError
+
+EXIT_OK, EXIT_FAILED, EXIT_INVALID, EXIT_REFUSED, EXIT_TIMEOUT, EXIT_INTERRUPTED = 0, 1, 2, 3, 124, 130
+
+
+class LocalRunError(TorchdagError):
+    """The Workflow cannot be run here as written. `exit_code` is 3 (refused: it cannot
+    run faithfully on this machine) or 2 (invalid: Argo would refuse it too); `lines()`
+    are what `torchdag.problems.report` prints, one per problem."""
+
+    def __init__(self, message: str, code: int = EXIT_REFUSED):
+        super().__init__(message)
+        self.exit_code = code
+
+    @property
+    def code(self) -> int:
+        return self.exit_code
+
+    def lines(self) -> list[str]:
+        prefix = "localrun: refused: " if self.exit_code == EXIT_REFUSED else "localrun: "
+        return [prefix + line for line in str(self).splitlines()]

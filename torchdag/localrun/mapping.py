@@ -1,0 +1,173 @@
+"""Prepare phase, part 2: what changes so a node's container runs on this machine.
+
+Every change is returned as a note and printed: node addresses -> 127.0.0.1, NICs -> lo,
+image paths -> this checkout (`--map SRC=DST`, then `/opt/torchdag=<checkout>`), the
+rendezvous port (`--port`) and, with `--cpu`, GPU/NPU nodes onto CPU.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Callable
+
+CHECKOUT = Path(__file__).resolve().parent.parent.parent
+DEFAULT_MAPS = [("/opt/torchdag", str(CHECKOUT))]
+
+NIC_ENV = ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME", "HCCL_SOCKET_IFNAME", "TP_SOCKET_IFNAME")
+ADDRESS_FLAGS = ("--master_addr", "--master-addr")
+PORT_FLAGS = ("--master_port", "--master-port")
+DEVICE_FILES = {"cuda": ("/dev", re.compile(r"^nvidia\d+$"), "NVIDIA GPU"),
+                "npu": ("/dev", re.compile(r"^davinci\d+$"), "Ascend NPU")}
+
+
+def map_path(word: str, maps: list[tuple[str, str]]) -> str:
+    """An absolute path that does not exist here, through the first prefix map that fits."""
+    if not word.startswith("/") or os.path.exists(word):
+        return word
+    for src, dst in maps:
+        src = src.rstrip("/")
+        if src and (word == src or word.startswith(src + "/")):
+            return str(Path(dst).resolve()) + word[len(src):]
+    return word
+
+
+def map_word(word: str, maps: list[tuple[str, str]]) -> str:
+    """A path word, or the value of `--flag=/path`."""
+    if word.startswith("-") and "=" in word:
+        flag, _, value = word.partition("=")
+        return f"{flag}={map_path(value, maps)}"
+    return map_path(word, maps)
+
+
+def replace_flag(words: list[str], flags: tuple[str, ...], new: Callable[[str], str | None]) -> list[tuple[str, str]]:
+    """Rewrite `--flag=V` and `--flag V` in place; returns the (old, new) values changed."""
+    changed = []
+    for i, word in enumerate(words):
+        for flag in flags:
+            if word.startswith(flag + "="):
+                old = word[len(flag) + 1:]
+                value = new(old)
+                if value is not None and value != old:
+                    words[i] = f"{flag}={value}"
+                    changed.append((old, value))
+            elif word == flag and i + 1 < len(words):
+                old = words[i + 1]
+                value = new(old)
+                if value is not None and value != old:
+                    words[i + 1] = value
+                    changed.append((old, value))
+    return changed
+
+
+def map_nic_list(value: str, nic: str) -> str:
+    """`=eth0` -> `=lo`, `eth0,eth1` -> `lo`; NCCL's `^exclude` items are kept."""
+    out: list[str] = []
+    for item in value.split(","):
+        mapped = item if item.startswith("^") or not item else ("=" + nic if item.startswith("=") else nic)
+        if mapped not in out:
+            out.append(mapped)
+    return ",".join(out)
+
+
+def device_of(env: dict[str, str], container: dict) -> str:
+    if env.get("TORCHDAG_DEVICE") in ("cpu", "cuda", "npu"):
+        return env["TORCHDAG_DEVICE"]
+    limits = ((container.get("resources") or {}).get("limits") or {})
+    if "nvidia.com/gpu" in limits:
+        return "cuda"
+    if any(k.startswith("huawei.com/") for k in limits):
+        return "npu"
+    return "cpu"
+
+
+def nproc(argv: list[str]) -> int:
+    for word in argv:
+        for flag in ("--nproc_per_node=", "--nproc-per-node="):
+            if word.startswith(flag) and word[len(flag):].isdigit():
+                return int(word[len(flag):])
+    return 1
+
+
+def local_devices(kind: str) -> int:
+    folder, pattern, _ = DEVICE_FILES[kind]
+    try:
+        return sum(1 for name in os.listdir(folder) if pattern.match(name))
+    except OSError:
+        return 0
+
+
+def onto_cpu(command: list[str], env_map: dict[str, str], device: str, notes: list[str]) -> list[str]:
+    """--cpu: a GPU/NPU node trains on CPU (gloo); the Ascend set_env wrapper goes when
+    its script does not exist here. Changes env_map in place; returns the command."""
+    # render.py's wrapper: /bin/bash -c '<source $1, exec the rest>' torchdag-set-env SCRIPT launcher...
+    wrapped = command[:2] == ["/bin/bash", "-c"] and len(command) > 4 and command[3] == "torchdag-set-env"
+    if wrapped and not os.path.exists(command[4]):
+        notes.append(f"dropped the set_env wrapper: {command[4]} does not exist here")
+        command = command[5:]
+    for i, word in enumerate(command):
+        if word == f"--device={device}":
+            command[i] = "--device=cpu"
+            notes.append(f"preflight --device={device} -> --device=cpu")
+    env_map["TORCHDAG_DEVICE"] = "cpu"
+    notes.append(f"TORCHDAG_DEVICE {device} -> cpu (--cpu)")
+    if env_map.get("TORCHDAG_BACKEND") in ("nccl", "hccl"):
+        notes.append(f"TORCHDAG_BACKEND {env_map['TORCHDAG_BACKEND']} -> gloo (--cpu)")
+        env_map["TORCHDAG_BACKEND"] = "gloo"
+    return command
+
+
+def onto_this_host(launcher: list[str], env_map: dict[str, str], notes: list[str], *,
+                   address: str | None, nic: str | None, port: int | None) -> None:
+    """Addresses, NICs and the port of one node, in place (None: keep as rendered)."""
+    if address is not None:
+        for old, new in replace_flag(launcher, ADDRESS_FLAGS, lambda _: address):
+            notes.append(f"master address {old} -> {new}")
+        for key in ("MASTER_ADDR", "HCCL_IF_IP"):
+            if key in env_map and env_map[key] != address:
+                notes.append(f"{key} {env_map[key]} -> {address}")
+                env_map[key] = address
+    if nic is not None:
+        for key in NIC_ENV:
+            if key in env_map:
+                mapped = map_nic_list(env_map[key], nic)
+                if mapped != env_map[key]:
+                    notes.append(f"{key} {env_map[key]} -> {mapped}")
+                    env_map[key] = mapped
+        for old, new in replace_flag(launcher, ("--nic",), lambda v: None if v == "auto" else nic):
+            notes.append(f"preflight --nic={old} -> --nic={new}")
+    if port is not None:
+        for old, new in replace_flag(launcher, PORT_FLAGS, lambda _: str(port)):
+            notes.append(f"port {old} -> {new}")
+        if "MASTER_PORT" in env_map:
+            env_map["MASTER_PORT"] = str(port)
+
+
+def device_problems(tasks) -> list[str]:
+    """GPU/NPU nodes this machine cannot hold (all nodes share it, so their devices add up)."""
+    problems = []
+    for kind in ("cuda", "npu"):
+        needing = [t for t in tasks if t.device == kind]
+        need = sum(nproc(t.argv) for t in needing)
+        have = local_devices(kind) if needing else 0
+        if needing and have < need:
+            label = DEVICE_FILES[kind][2]
+            problems.append(
+                f"{', '.join(t.name for t in needing)}: need{'s' if len(needing) == 1 else ''} {need} {label}(s) "
+                f"and this machine has {have} ({DEVICE_FILES[kind][0]}/{DEVICE_FILES[kind][1].pattern.strip('^$')}); "
+                f"run with --cpu to train those nodes on CPU instead"
+            )
+    return problems
+
+
+def missing_scripts(tasks) -> list[str]:
+    """Python scripts a node would start (script, preflight) that do not exist once mapped."""
+    missing: dict[str, list[str]] = {}
+    for task in tasks:
+        for word in task.argv:
+            path = word.partition("=")[2] if word.startswith("-") else word
+            if path.startswith("/") and path.endswith(".py") and not os.path.exists(path):
+                missing.setdefault(path, []).append(task.name)
+    return [f"{', '.join(names)}: {path} does not exist here; map the image path into this machine with --map SRC=DST"
+            for path, names in missing.items()]

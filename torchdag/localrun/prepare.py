@@ -1,0 +1,208 @@
+"""Prepare phase: a rendered Workflow -> the local tasks to run, one per DAG task.
+
+Each task's container command + args and env go through Argo's `{{...}}` substitution
+(task arguments in the DAG's scope, `{{retries}}` there when the DAG has a
+retryStrategy; then the template's inputs), Kubernetes' `$(VAR)` expansion, and the
+local mappings of mapping.py. A Job keeps what is needed to prepare the tasks again for
+restart n (`{{retries}}` = n) under the same workflow name.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import re
+import string
+from dataclasses import dataclass, field
+from typing import Callable
+
+from .errors import EXIT_INVALID, LocalRunError
+from .expand import UnresolvedTag, argo_substitute, kube_command, kube_container_env
+from .mapping import DEFAULT_MAPS, device_of, device_problems, map_path, map_word, missing_scripts, onto_cpu, onto_this_host
+from .retry import RetryPolicy, retry_policy
+
+# What a pod would not inherit from this shell: a stray GLOO_SOCKET_IFNAME or RANK here
+# would silently change what the rendered Workflow means.
+_NOT_INHERITED = re.compile(
+    r"^(TORCHDAG_|GLOO_|NCCL_|HCCL_|TP_SOCKET_|TORCHELASTIC_|PET_|MASTER_ADDR$|MASTER_PORT$|RANK$|"
+    r"WORLD_SIZE$|LOCAL_RANK$|LOCAL_WORLD_SIZE$|GROUP_RANK$|ROLE_RANK$|NODE_RANK$|ASCEND_|CUDA_VISIBLE_DEVICES$)"
+)
+
+
+@dataclass
+class Options:
+    maps: list[tuple[str, str]] = field(default_factory=list)  # user --map, before DEFAULT_MAPS
+    address: str | None = "127.0.0.1"  # None: keep the rendered addresses (netns tests)
+    nic: str | None = "lo"  # None: keep the rendered NIC names
+    port: int | None = None  # rendezvous port override
+    cpu: bool = False  # run GPU/NPU nodes on CPU instead of refusing them
+    only: list[str] = field(default_factory=list)  # run only these tasks
+    exec_prefix: Callable[["LocalTask"], list[str]] | None = None  # e.g. `ip netns exec NS ...`
+    workflow_name: str | None = None  # default: metadata.name, or generateName + 5 random characters
+
+
+@dataclass
+class LocalTask:
+    name: str  # the DAG task, e.g. node-0
+    template: str
+    params: dict[str, str]
+    argv: list[str]  # command + args, as the container would exec them (after mapping)
+    env: list[tuple[str, str]]  # the container's env list (after substitution, expansion, mapping)
+    cwd: str
+    device: str  # cpu | cuda | npu, what the node computes on
+    notes: list[str] = field(default_factory=list)  # what was changed for running here
+    prefix: list[str] = field(default_factory=list)
+
+    def process_env(self, base: dict[str, str], bin_dir: str) -> dict[str, str]:
+        env = {k: v for k, v in base.items() if not _NOT_INHERITED.match(k)}
+        env["PATH"] = os.pathsep.join([bin_dir] + [p for p in base.get("PATH", "").split(os.pathsep) if p and p != bin_dir])
+        env.update(self.env)
+        return env
+
+
+@dataclass
+class Job:
+    """A prepared Workflow: its tasks for the first attempt, and for any restart."""
+
+    doc: dict
+    options: Options
+    workflow: str
+    tasks: list[LocalTask]  # restart 0
+    retry: RetryPolicy | None = None  # the entrypoint DAG's retryStrategy
+    deadline: float | None = None  # spec.activeDeadlineSeconds
+
+    def tasks_for(self, restart: int) -> list[LocalTask]:
+        """The tasks of restart n (`{{retries}}` = n); restart 0 is self.tasks."""
+        if restart == 0:
+            return self.tasks
+        return _prepare_tasks(self.doc, self.options, workflow_scope(self.doc, self.options, self.workflow), restart)
+
+
+def workflow_scope(doc: dict, options: Options, name: str | None = None) -> dict[str, str]:
+    meta = doc.get("metadata") or {}
+    name = name or options.workflow_name
+    if not name and doc.get("kind") != "WorkflowTemplate":
+        name = meta.get("name")
+    if not name:  # Argo appends five random characters to generateName (`argo submit --from`: the template's name)
+        stem = meta.get("generateName") or (f"{meta['name']}-" if meta.get("name") else "workflow-")
+        name = stem + "".join(random.choices(string.ascii_lowercase + string.digits, k=5))
+    scope = {
+        "workflow.name": name,
+        "workflow.namespace": meta.get("namespace") or "default",
+        "workflow.serviceAccountName": (doc.get("spec") or {}).get("serviceAccountName") or "default",
+        "workflow.uid": "local-" + name,
+    }
+    for param in ((doc.get("spec") or {}).get("arguments") or {}).get("parameters") or []:
+        if "value" in param:
+            scope[f"workflow.parameters.{param['name']}"] = str(param["value"])
+    return scope
+
+
+def _dag(doc: dict) -> tuple[dict, dict, dict[str, dict]]:
+    spec = doc.get("spec") or {}
+    templates = {t["name"]: t for t in spec.get("templates") or []}
+    entry = templates.get(spec.get("entrypoint"))
+    if not entry or "dag" not in entry:
+        raise LocalRunError(f"entrypoint {spec.get('entrypoint')!r} is not a DAG template; localrun runs torchdag's DAG only")
+    return entry, entry["dag"], templates
+
+
+def _prepare_task(task: dict, template: dict, dag_scope: dict[str, str], options: Options) -> LocalTask:
+    name = task["name"]
+    if "container" not in template:
+        raise LocalRunError(f"{name}: template {template['name']!r} has no container; localrun runs container templates only")
+    container = template["container"]
+    for entry in container.get("env") or []:
+        if "value" not in entry:
+            raise LocalRunError(f"{name}: env {entry.get('name')}: valueFrom cannot be resolved outside Kubernetes")
+
+    # Argo: task arguments are resolved in the DAG's scope, then fill the inputs;
+    # the container sees the workflow's variables and its inputs (not {{retries}}).
+    params = {p["name"]: str(p["value"]) for p in (template.get("inputs") or {}).get("parameters") or [] if "value" in p}
+    try:
+        for p in (task.get("arguments") or {}).get("parameters") or []:
+            params[p["name"]] = argo_substitute(str(p.get("value", "")), dag_scope)
+        scope = {k: v for k, v in dag_scope.items() if k.startswith("workflow.")}
+        scope.update({f"inputs.parameters.{k}": v for k, v in params.items()})
+        command = [argo_substitute(str(w), scope) for w in container.get("command") or []]
+        args = [argo_substitute(str(w), scope) for w in container.get("args") or []]
+        raw_env = [(e["name"], argo_substitute(str(e["value"]), scope)) for e in container.get("env") or []]
+        working_dir = argo_substitute(str(container["workingDir"]), scope) if container.get("workingDir") else None
+    except UnresolvedTag as err:
+        raise LocalRunError(f"{name}: {err} (Argo would fail this workflow)", EXIT_INVALID) from None
+
+    # Kubernetes: env values see earlier entries; command and args see the whole env.
+    env_list = kube_container_env(raw_env)
+    env_map = dict(env_list)
+    command, args = kube_command(command, env_map), kube_command(args, env_map)
+
+    notes: list[str] = []
+    if params.get("host"):
+        notes.append(f"node affinity kubernetes.io/hostname={params['host']} ignored: runs on this machine")
+    device = device_of(env_map, container)
+    if device != "cpu" and options.cpu:
+        command = onto_cpu(command, env_map, device, notes)
+        device = "cpu"
+
+    launcher = command + args
+    onto_this_host(launcher, env_map, notes, address=options.address, nic=options.nic, port=options.port)
+    maps = list(options.maps) + DEFAULT_MAPS
+    mapped = [map_word(word, maps) for word in launcher]
+    for old, new in zip(launcher, mapped):
+        if old != new:
+            notes.append(f"path {old} -> {new}")
+
+    cwd = os.getcwd()
+    if working_dir:
+        local_dir = map_path(working_dir, maps)
+        if os.path.isdir(local_dir):
+            cwd = local_dir
+        else:
+            notes.append(f"workingDir {working_dir} does not exist here: runs in {cwd}")
+
+    env_out = [(k, env_map[k]) for k in dict(env_list)] + [(k, v) for k, v in env_map.items() if k not in dict(env_list)]
+    local = LocalTask(name, template["name"], params, mapped, env_out, cwd, device, notes)
+    if options.exec_prefix is not None:
+        local.prefix = list(options.exec_prefix(local))
+    return local
+
+
+def _prepare_tasks(doc: dict, options: Options, scope: dict[str, str], restart: int) -> list[LocalTask]:
+    entry, dag, templates = _dag(doc)
+    dag_scope = dict(scope)
+    if entry.get("retryStrategy"):  # Argo puts the retry count in the retried template's scope
+        dag_scope["retries"] = str(restart)
+    tasks = dag.get("tasks") or []
+    names = [t["name"] for t in tasks]
+    unknown = [n for n in options.only if n not in names]
+    if unknown:
+        raise LocalRunError(f"--only {', '.join(unknown)}: no such task (tasks: {', '.join(names)})", EXIT_INVALID)
+    out = []
+    for task in tasks:
+        if task.get("dependencies") or task.get("depends"):
+            raise LocalRunError(f"{task['name']}: has dependencies; localrun starts every task at once, as torchdag renders them")
+        if options.only and task["name"] not in options.only:
+            continue
+        if task.get("template") not in templates:
+            raise LocalRunError(f"{task['name']}: template {task.get('template')!r} is not in the Workflow", EXIT_INVALID)
+        out.append(_prepare_task(task, templates[task["template"]], dag_scope, options))
+    return out
+
+
+def prepare_job(doc: dict, options: Options) -> Job:
+    """The Workflow prepared to run here; LocalRunError if it cannot run faithfully."""
+    entry, _, _ = _dag(doc)
+    retry = retry_policy(doc, entry)
+    scope = workflow_scope(doc, options)
+    tasks = _prepare_tasks(doc, options, scope, 0)
+    problems = ([] if options.cpu else device_problems(tasks)) + missing_scripts(tasks)
+    if problems:
+        raise LocalRunError("\n".join(problems))
+    deadline = (doc.get("spec") or {}).get("activeDeadlineSeconds")
+    return Job(doc, options, scope["workflow.name"], tasks, retry, float(deadline) if deadline else None)
+
+
+def prepare(doc: dict, options: Options) -> tuple[str, list[LocalTask]]:
+    """(workflow name, the tasks of the first attempt); see prepare_job."""
+    job = prepare_job(doc, options)
+    return job.workflow, job.tasks

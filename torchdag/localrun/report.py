@@ -1,0 +1,126 @@
+"""Report phase: the summary printed at the end of a run, and the loss it shows.
+
+One attempt (no retryStrategy, or the first attempt succeeded):
+
+    summary of local-smoke-k3x9q (6.9 s):
+      node-0  ok       exit 0                 6.9 s  last loss: 0.062957
+      node-1  ok       exit 0                 6.9 s  last loss: -
+    result: every task exited 0
+
+Several attempts: one block per attempt, headed by what ended it, then the result.
+"""
+
+from __future__ import annotations
+
+import re
+
+from .errors import EXIT_OK
+
+_NUMBER = r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?|[-+]?(?:nan|inf(?:inity)?)\b"
+# "loss 0.123", "loss: 0.1", "train_loss=1e-3", "loss 1.05 -> 0.06" (the latter number);
+# not "loss.backward()", "losses 3" or "gloss 2".
+_LOSS = re.compile(rf"(?<![A-Za-z])loss(?![A-Za-z])\s*[:=]?\s*(?P<n>{_NUMBER})(?:\s*->\s*(?P<to>{_NUMBER}))?", re.IGNORECASE)
+
+
+def loss_value(line: str) -> str | None:
+    """The loss a log line reports, as printed (the first `loss N` of the line; of
+    `loss A -> B`, B), or None."""
+    match = _LOSS.search(line)
+    if match is None:
+        return None
+    return match.group("to") or match.group("n")
+
+
+def _status(r) -> str:
+    if r.returncode == 0:
+        return "ok"
+    return "stopped" if r.stopped_by_runner else "FAILED"
+
+
+def _rows(outcome, indent: str = "  ") -> list[str]:
+    width = max([len(r.name) for r in outcome.results] + [4])
+    return [f"{indent}{r.name:<{width}}  {_status(r):<7}  {r.exit_text():<18}  {r.duration:6.1f} s  last loss: {r.last_loss or '-'}"
+            for r in outcome.results]
+
+
+def _failure(outcome) -> str | None:
+    """`node-1 failed first (killed by SIGKILL after 2.0 s); stopped by the runner: node-0`"""
+    if not outcome.first_failure:
+        return None
+    stopped = [r.name for r in outcome.results if r.stopped_by_runner and r.name != outcome.first_failure]
+    tail = f"; stopped by the runner: {', '.join(stopped)}" if stopped else ""
+    first = next(r for r in outcome.results if r.name == outcome.first_failure)
+    return f"{outcome.first_failure} failed first ({first.exit_text()} after {first.duration:.1f} s){tail}"
+
+
+def _ending(outcome) -> list[str]:
+    lines = []
+    if outcome.timed_out:
+        lines.append("timed out: every task was stopped")
+    if outcome.interrupted:
+        lines.append("interrupted: every task was stopped")
+    return lines
+
+
+def _single(outcome) -> list[str]:
+    lines = [f"summary of {outcome.workflow} ({outcome.elapsed:.1f} s):"] + _rows(outcome)
+    failure = _failure(outcome)
+    if failure:
+        lines.append(failure)
+    lines += _ending(outcome)
+    lines.append("result: " + ("every task exited 0" if outcome.code == EXIT_OK else f"FAILED (exit {outcome.code})"))
+    return lines
+
+
+def _attempt_header(number: int, outcome) -> str:
+    if outcome.first_failure:
+        what = _failure(outcome)
+    elif outcome.timed_out:
+        what = "timed out"
+    elif outcome.interrupted:
+        what = "interrupted"
+    elif outcome.code == EXIT_OK:
+        what = "every task exited 0"
+    else:
+        what = f"exit {outcome.code}"
+    return f"attempt {number} (restart {outcome.restart}, {outcome.elapsed:.1f} s): {what}"
+
+
+def _job(job) -> list[str]:
+    attempts = job.attempts
+    count = f"{len(attempts)} attempt{'s' if len(attempts) != 1 else ''}"
+    lines = [f"summary of {job.workflow} ({job.elapsed:.1f} s, {count}):"]
+    for number, outcome in enumerate(attempts, 1):
+        lines.append(_attempt_header(number, outcome))
+        lines += _rows(outcome)
+    last = job.last
+    lines += _ending(last)
+    if job.timed_out:
+        lines.append("timed out while waiting to restart")
+    if job.interrupted:
+        lines.append("interrupted while waiting to restart")
+    restarts = len(attempts) - 1
+    said = f"{restarts} restart{'s' if restarts != 1 else ''}"
+    if job.code == EXIT_OK:
+        lines.append(f"result: every task exited 0 on attempt {len(attempts)} (after {said})")
+    elif last.first_failure and not (last.timed_out or last.interrupted or job.timed_out or job.interrupted):
+        why = f"; {job.no_restart}" if job.no_restart else ""
+        lines.append(f"result: FAILED (exit {job.code}): {last.first_failure} failed on attempt {len(attempts)} "
+                     f"(after {said}){why}")
+    else:
+        lines.append(f"result: FAILED (exit {job.code}) on attempt {len(attempts)} (after {said})")
+    return lines
+
+
+def summary_lines(outcome) -> list[str]:
+    """The summary of an Outcome (one attempt) or a JobOutcome (every attempt)."""
+    attempts = getattr(outcome, "attempts", None)
+    if attempts is None:
+        return _single(outcome)
+    if len(attempts) > 1 or outcome.timed_out or outcome.interrupted:
+        return _job(outcome)
+    lines = _single(attempts[0])
+    lines[0] = f"summary of {outcome.workflow} ({outcome.elapsed:.1f} s):"
+    if outcome.no_restart and outcome.code != EXIT_OK:
+        lines[-1] += f"; no restart: {outcome.no_restart}"
+    return lines

@@ -1,0 +1,155 @@
+"""Supervise phase, whole-job restarts: the DAG's retryStrategy, as Argo applies it.
+
+When an attempt fails (a node exits non-zero or is killed; gang stop has stopped the
+others) and the entrypoint DAG has a retryStrategy that allows it, the runner says
+
+    [localrun] restart 1/2 in 10 s: node-1 failed (exit 1)
+
+waits the backoff (times --backoff-scale), and starts every node again with
+`{{retries}}` = the restart number. A timeout (--timeout, activeDeadlineSeconds: the
+whole run, every attempt and wait included) or an interrupt ends the run without one.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, TextIO
+
+from .errors import EXIT_INTERRUPTED, EXIT_TIMEOUT
+from .prepare import Job
+from .retry import RetryPolicy
+from .supervise import Outcome, Supervisor, TaskResult
+
+
+@dataclass
+class JobOutcome:
+    """Every attempt of one run, first to last."""
+
+    workflow: str
+    attempts: list[Outcome]
+    retry: RetryPolicy | None = None
+    elapsed: float = 0.0
+    no_restart: str | None = None  # why the last failure was not restarted (retryStrategy only)
+    timed_out: bool = False  # during a backoff wait
+    interrupted: bool = False  # during a backoff wait
+
+    @property
+    def last(self) -> Outcome:
+        return self.attempts[-1]
+
+    @property
+    def results(self) -> list[TaskResult]:
+        return self.last.results
+
+    @property
+    def first_failure(self) -> str | None:
+        return self.last.first_failure
+
+    @property
+    def code(self) -> int:
+        if self.interrupted:
+            return EXIT_INTERRUPTED
+        if self.timed_out:
+            return EXIT_TIMEOUT
+        return self.last.code
+
+
+class JobRunner:
+    """Attempts of a prepared Job, one Supervisor each (see the module's docstring).
+    `current` is the attempt's Supervisor (tests signal its tasks); `on_attempt(n,
+    supervisor)` is called before restart n starts."""
+
+    def __init__(self, job: Job, *, out: TextIO | None = None, gang_stop: bool = True,
+                 timeout: float | None = None, grace: float = 5.0, backoff_scale: float = 1.0,
+                 base_env: dict[str, str] | None = None, bin_dir: str | None = None,
+                 on_line: Callable[[str, str], None] | None = None,
+                 on_attempt: Callable[[int, Supervisor], None] | None = None, poll: float = 0.1):
+        self.job = job
+        self.out = out or sys.stdout
+        self.gang_stop = gang_stop
+        self.timeout = timeout
+        self.grace = grace
+        self.backoff_scale = backoff_scale
+        self.base_env = dict(os.environ if base_env is None else base_env)
+        self.bin_dir = bin_dir or str(Path(sys.executable).parent)
+        self.on_line = on_line
+        self.on_attempt = on_attempt
+        self.poll = poll
+        self.current: Supervisor | None = None
+        self._stop: tuple[str, bool] | None = None
+        self._wake = threading.Event()
+
+    def say(self, text: str) -> None:
+        self.out.write(f"[localrun] {text}\n")
+        self.out.flush()
+
+    def request_stop(self, reason: str, interrupted: bool = False) -> None:
+        """Stop the running attempt and start no other (signal-handler safe)."""
+        if self._stop is None:
+            self._stop = (reason, interrupted)
+        current = self.current
+        if current is not None:
+            current.request_stop(reason, interrupted)
+        self._wake.set()
+
+    def run(self) -> JobOutcome:
+        begin = time.monotonic()
+        deadline = begin + self.timeout if self.timeout else None
+        result = JobOutcome(self.job.workflow, [], self.job.retry)
+        restart = 0
+        while True:
+            tasks = self.job.tasks_for(restart)
+            supervisor = Supervisor(self.job.workflow, tasks, out=self.out, gang_stop=self.gang_stop,
+                                    timeout=self.timeout, deadline=deadline, grace=self.grace,
+                                    base_env=self.base_env, bin_dir=self.bin_dir, on_line=self.on_line,
+                                    poll=self.poll, restart=restart)
+            self.current = supervisor
+            if self.on_attempt is not None:
+                self.on_attempt(restart, supervisor)
+            if self._stop is not None:  # a stop that came while preparing
+                supervisor.request_stop(*self._stop)
+            outcome = supervisor.run()
+            result.attempts.append(outcome)
+            if outcome.code == 0 or outcome.timed_out or outcome.interrupted or self._stop is not None:
+                break
+            retry = self.job.retry
+            if retry is None:
+                break
+            restart += 1
+            wait = retry.delay(restart) * self.backoff_scale
+            result.no_restart = retry.refusal(restart, time.monotonic() - begin, wait)
+            if result.no_restart is not None:
+                break
+            failed = outcome.first_failure
+            cause = f"{failed} failed ({outcome.result(failed).exit_text()})" if failed else "a task failed"
+            self.say(f"restart {retry.of_limit(restart)} in {round(wait, 2):g} s: {cause}")
+            if not self._wait(wait, deadline, result):
+                break
+            self.say(f"restart {retry.of_limit(restart)}: starting {len(tasks)} task(s) again ({{{{retries}}}} = {restart})")
+        self.current = None
+        result.elapsed = time.monotonic() - begin
+        return result
+
+    def _wait(self, seconds: float, deadline: float | None, result: JobOutcome) -> bool:
+        """The backoff; False when a stop or the deadline came first (result says which)."""
+        end = time.monotonic() + seconds
+        while True:
+            now = time.monotonic()
+            if self._stop is not None:
+                reason, interrupted = self._stop
+                self.say(f"no restart: {reason}")
+                result.interrupted = interrupted
+                return False
+            if deadline is not None and now >= deadline:
+                self.say(f"no restart: timed out after {self.timeout:g} s")
+                result.timed_out = True
+                return False
+            if now >= end:
+                return True
+            self._wake.wait(min(end, deadline if deadline is not None else end) - now)
+            self._wake.clear()
