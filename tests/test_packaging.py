@@ -1,0 +1,177 @@
+"""Packaging: pyproject.toml builds a wheel that carries the schema and the template, installs a
+`torchdag` command that writes render.py's bytes, and `make render`'s light venv has no torch.
+
+The wheel is built offline with the dev venv's hatchling (requirements-dev.txt) and installed
+into a new venv, with its dependencies (Jinja2, PyYAML, jsonschema) from the package index.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import tomllib
+import zipfile
+from pathlib import Path
+
+import pytest
+
+import torchdag
+from torchdag import cli
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLES = sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "examples").glob("*.yaml"))
+PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
+
+
+def run(*argv, cwd=ROOT, env=None, timeout=300) -> subprocess.CompletedProcess:
+    return subprocess.run([str(a) for a in argv], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def requirement_lines(path: Path) -> list[str]:
+    lines = (ln.split("#")[0].strip() for ln in path.read_text().splitlines())
+    return [ln for ln in lines if ln]
+
+
+def normalized(requirement: str) -> str:
+    name, rest = re.match(r"([A-Za-z0-9._-]+)(.*)", requirement.replace(" ", "")).groups()
+    return re.sub(r"[-_.]+", "-", name).lower() + rest
+
+
+def test_render_requirements_are_the_package_dependencies():
+    render = sorted(normalized(r) for r in requirement_lines(ROOT / "requirements-render.txt"))
+    assert render == sorted(normalized(r) for r in PYPROJECT["project"]["dependencies"])
+    assert render == ["jinja2>=3.1", "jsonschema>=4.23", "pyyaml>=6.0"]
+    assert "-r requirements-render.txt" in requirement_lines(ROOT / "requirements-dev.txt")
+
+
+def test_project_metadata():
+    project = PYPROJECT["project"]
+    assert project["scripts"] == {"torchdag": "torchdag.command:main"}
+    assert project["dynamic"] == ["version"]
+    assert PYPROJECT["tool"]["hatch"]["version"]["path"] == "torchdag/__init__.py"
+    assert PYPROJECT["build-system"]["build-backend"] == "hatchling.build"
+
+
+def test_checkout_reads_schema_and_templates_where_they_are_edited():
+    assert torchdag.SCHEMA_PATH == ROOT / "schema" / "values.schema.json"
+    assert torchdag.TEMPLATES_DIR == ROOT / "templates"
+    assert torchdag.SCHEMA_PATH.is_file() and (torchdag.TEMPLATES_DIR / "workflow.yaml.j2").is_file()
+
+
+@pytest.mark.parametrize("target, wanted, unwanted", [
+    ("render", ["requirements-render.txt", "render.py examples/cluster.yaml"], ["requirements-dev.txt", ".venv/", "helm"]),
+    ("check", ["requirements-render.txt", "render.py --check"], ["requirements-dev.txt", ".venv/", "helm"]),
+    ("test", ["-r requirements-dev.txt", "npm pack", "-m pytest tests"], []),
+    ("setup", ["-r requirements-dev.txt", "npm pack"], []),
+])
+def test_make_targets_use_the_right_venv(target, wanted, unwanted):
+    """`make -n -B`: what a fresh clone would run, printed, not run."""
+    done = run("make", "-n", "-B", target, "VALUES=examples/cluster.yaml", "OUT=/nonexistent")
+    assert done.returncode == 0, done.stderr
+    assert [w for w in wanted if w in done.stdout] == wanted
+    assert [u for u in unwanted if u in done.stdout] == []
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory) -> Path:
+    dist = tmp_path_factory.mktemp("dist")
+    done = run(sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation",
+               "--disable-pip-version-check", "-w", dist, ".")
+    assert done.returncode == 0, done.stderr
+    (built,) = dist.glob("torchdag-*.whl")
+    return built
+
+
+def test_wheel_carries_schema_and_templates(wheel):
+    assert wheel.name == f"torchdag-{torchdag.__version__}-py3-none-any.whl"
+    with zipfile.ZipFile(wheel) as zf:
+        names = set(zf.namelist())
+        assert zf.read("torchdag/_data/schema/values.schema.json") == (ROOT / "schema" / "values.schema.json").read_bytes()
+        for template in (ROOT / "templates").iterdir():
+            assert zf.read(f"torchdag/_data/templates/{template.name}") == template.read_bytes()
+        info = f"torchdag-{torchdag.__version__}.dist-info"
+        entry_points = zf.read(f"{info}/entry_points.txt").decode()
+        metadata = zf.read(f"{info}/METADATA").decode()
+    assert "torchdag = torchdag.command:main" in entry_points
+    for dependency in PYPROJECT["project"]["dependencies"]:
+        assert f"Requires-Dist: {dependency}".lower() in metadata.lower()
+    assert "torchdag/command.py" in names and "torchdag/cli.py" in names
+    assert not [n for n in names if n.startswith(("tests/", "chart/", "trainer/")) or "__pycache__" in n]
+    assert not [n for n in names if "torch" in n and not n.startswith("torchdag")]
+
+
+@pytest.fixture(scope="module")
+def installed(wheel, tmp_path_factory) -> Path:
+    """A new venv with the wheel (and only its dependencies) installed: its bin directory."""
+    venv = tmp_path_factory.mktemp("venv") / "v"
+    done = run(sys.executable, "-m", "venv", "--without-pip", venv)
+    assert done.returncode == 0, done.stderr
+    done = run(sys.executable, "-m", "pip", "--python", venv / "bin" / "python", "install", "--quiet",
+               "--disable-pip-version-check", wheel)
+    assert done.returncode == 0, done.stderr
+    return venv / "bin"
+
+
+def outside_env() -> dict:
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
+    return env
+
+
+def test_installed_package_finds_its_data_outside_the_checkout(installed, tmp_path):
+    code = ("import torchdag, importlib.util as u; "
+            "print(torchdag.SCHEMA_PATH); print(torchdag.TEMPLATES_DIR); print(u.find_spec('torch') is None)")
+    done = run(installed / "python", "-c", code, cwd=tmp_path, env=outside_env())
+    assert done.returncode == 0, done.stderr
+    schema, templates, no_torch = done.stdout.splitlines()
+    site = installed.parent / "lib"
+    assert Path(schema).is_relative_to(site) and Path(schema).name == "values.schema.json"
+    assert Path(templates).is_relative_to(site) and (Path(templates) / "workflow.yaml.j2").is_file()
+    assert no_torch == "True"
+
+
+def test_installed_command_version(installed, tmp_path):
+    done = run(installed / "torchdag", "--version", cwd=tmp_path, env=outside_env())
+    assert (done.returncode, done.stdout) == (0, f"torchdag {torchdag.__version__}\n"), done.stderr
+
+
+def test_installed_command_writes_render_py_bytes(installed, tmp_path, capsys):
+    for example in EXAMPLES:
+        name = Path(example).stem
+        ours = run(installed / "torchdag", "render", ROOT / example, "-o", tmp_path / f"{name}.x.yaml",
+                   cwd=tmp_path, env=outside_env())
+        assert ours.returncode == 0, ours.stderr
+        if example == "examples/cluster.yaml":  # render.py itself once; cli.main (all render.py runs) for the rest
+            theirs = run(sys.executable, "render.py", example, "-o", tmp_path / f"{name}.y.yaml")
+            assert theirs.returncode == 0, theirs.stderr
+            their_err = theirs.stderr
+        else:
+            assert cli.main([str(ROOT / example), "-o", str(tmp_path / f"{name}.y.yaml")]) == 0
+            their_err = capsys.readouterr().err
+        assert ours.stderr == their_err
+        assert (tmp_path / f"{name}.x.yaml").read_bytes() == (tmp_path / f"{name}.y.yaml").read_bytes(), example
+
+
+def test_installed_command_check(installed, tmp_path):
+    good = run(installed / "torchdag", "check", ROOT / "examples" / "cluster.yaml", cwd=tmp_path, env=outside_env())
+    assert (good.returncode, good.stdout) == (0, "")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text((ROOT / "examples" / "cluster.yaml").read_text().replace("port: 25195", "port: 70000"))
+    ours = run(installed / "torchdag", "check", bad, cwd=tmp_path, env=outside_env())
+    theirs = run(sys.executable, "render.py", "--check", bad)
+    assert ours.returncode == theirs.returncode == 2
+    assert ours.stderr == theirs.stderr and "port" in ours.stderr
+
+
+def test_make_render_installs_no_torch(tmp_path):
+    """`make render` on a fresh clone: a light venv (requirements-render.txt) and render.py's bytes."""
+    venv = tmp_path / "venv-render"
+    done = run("make", "render", f"RENDER_VENV={venv}", f"OUT={tmp_path / 'out'}", "VALUES=examples/cluster.yaml")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert (venv / ".installed").is_file()
+    probe = run(venv / "bin" / "python", "-c", "import importlib.util as u; print(u.find_spec('torch') is None)")
+    assert probe.stdout == "True\n", probe.stderr
+    theirs = run(sys.executable, "render.py", "examples/cluster.yaml", "-o", tmp_path / "y.yaml")
+    assert theirs.returncode == 0, theirs.stderr
+    assert (tmp_path / "out" / "workflow.yaml").read_bytes() == (tmp_path / "y.yaml").read_bytes()
