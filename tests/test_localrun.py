@@ -17,6 +17,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -475,23 +476,15 @@ def test_the_workflow_is_found_among_several_documents_and_the_rest_named(tmp_pa
 # ---------------------------------------------------------------- whole-job restarts (retryStrategy)
 
 
-def with_restarts(doc: dict, limit: int = 2, duration: str = "1s", factor: str = "2") -> dict:
-    """What render.py emits for `failurePolicy.maxRestarts: N` (issue 11), injected into a
-    rendered Workflow: the entrypoint DAG's retryStrategy, a `restart` argument of
-    `{{retries}}` on every task, and TORCHDAG_RESTART in every container."""
-    templates = {t["name"]: t for t in doc["spec"]["templates"]}
-    train = templates[doc["spec"]["entrypoint"]]
-    if "retryStrategy" in train:  # the renderer does it already
-        return doc
-    train["retryStrategy"] = {"limit": str(limit), "retryPolicy": "Always",
-                              "backoff": {"duration": duration, "factor": factor}}
-    for task in train["dag"]["tasks"]:
-        task["arguments"]["parameters"].append({"name": "restart", "value": "{{retries}}"})
-    for template in templates.values():
-        if "container" in template:
-            template["inputs"]["parameters"].append({"name": "restart"})
-            template["container"]["env"].append({"name": "TORCHDAG_RESTART", "value": "{{inputs.parameters.restart}}"})
-    return doc
+def with_restarts(values_path: Path, limit: int = 2, seconds: int = 1) -> dict:
+    """The Workflow render.py writes for `values_path` plus `failurePolicy.maxRestarts`:
+    the entrypoint DAG's retryStrategy, a `restart` argument of `{{retries}}` on every
+    task, and TORCHDAG_RESTART in every container."""
+    text = values_path.read_text(encoding="utf-8") + f"failurePolicy: {{maxRestarts: {limit}, backoffSeconds: {seconds}}}\n"
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / values_path.name
+        path.write_text(text, encoding="utf-8")
+        return rendered_workflow(build(path))
 
 
 def write_doc(path: Path, doc: dict) -> Path:
@@ -511,7 +504,7 @@ def test_retry_strategy_is_read_as_argo_reads_it():
     assert RetryPolicy("train", None, duration=5, max_duration=60).refusal(9, 58, 5).startswith("backoff.maxDuration 60 s")
     assert RetryPolicy("train", 2, duration=1, factor=2, cap=1.5).delay(3) == 1.5
 
-    doc = with_restarts(rendered_workflow(build(LOCAL)), limit=2, duration="10s")
+    doc = with_restarts(LOCAL, limit=2, seconds=10)
     job = prepare_job(doc, Options())
     assert job.retry == RetryPolicy("train", 2, "Always", 10.0, 2)
     assert [dict(t.env)["TORCHDAG_RESTART"] for t in job.tasks] == ["0", "0"]
@@ -522,14 +515,14 @@ def test_retry_strategy_is_read_as_argo_reads_it():
     with pytest.raises(LocalRunError, match=r"node-0: failed to resolve \{\{retries\}\}"):
         prepare_job(doc, Options())
     # Retries this runner cannot reproduce are refused, not run differently.
-    doc = with_restarts(rendered_workflow(build(LOCAL)))
+    doc = with_restarts(LOCAL)
     doc["spec"]["templates"][1]["retryStrategy"] = {"limit": "1"}
     with pytest.raises(LocalRunError, match=r"template 'cpu-x2': retryStrategy on a single pod is not simulated"):
         prepare_job(doc, Options())
 
 
 def test_dry_run_shows_the_restart_policy_and_what_a_restart_changes(tmp_path, capsys):
-    rendered = write_doc(tmp_path / "workflow.yaml", with_restarts(rendered_workflow(build(LOCAL)), limit=2, duration="10s"))
+    rendered = write_doc(tmp_path / "workflow.yaml", with_restarts(LOCAL, limit=2, seconds=10))
     assert localrun_main([str(rendered), "--dry-run"]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[0].endswith("(gang stop on; timeout 600 s; restarts up to 2)")
@@ -556,7 +549,7 @@ def flaky_job(tmp_path: Path, fail_until: int, limit: int) -> Path:
     node-1 while {{retries}} < fail_until (node-0 waits to be stopped), with restarts."""
     (tmp_path / "code").mkdir()
     (tmp_path / "code" / "flaky.py").write_text(FLAKY.replace("FAIL_UNTIL", str(fail_until)))
-    doc = with_restarts(rendered_workflow(build(LOCAL)), limit=limit, duration="1s", factor="2")
+    doc = with_restarts(LOCAL, limit=limit, seconds=1)
     container = doc["spec"]["templates"][1]["container"]
     container["command"], container["args"] = ["python3", "/code/flaky.py"], ["{{inputs.parameters.node-rank}}"]
     return write_doc(tmp_path / "workflow.yaml", doc)
@@ -609,7 +602,7 @@ def children_of(pid: int) -> list[int]:
 
 
 def test_a_killed_worker_restarts_every_node_which_resume_from_the_checkpoint(tmp_path):
-    """Issue 11's acceptance, on the injected retryStrategy: SIGKILL one training worker
+    """Issue 11's acceptance, on the rendered retryStrategy: SIGKILL one training worker
     of node-1 after the first checkpoint; both nodes restart and resume from it."""
     checkpoints = tmp_path / "ckpt"
     values = values_with(
@@ -618,7 +611,7 @@ def test_a_killed_worker_restarts_every_node_which_resume_from_the_checkpoint(tm
         nodes=[{"name": "node-a", "address": "198.18.0.1", "devices": 1, "master": True},
                {"name": "node-b", "address": "198.18.0.2", "devices": 1}],
     )
-    rendered = write_doc(tmp_path / "workflow.yaml", with_restarts(rendered_workflow(build(values)), limit=2, duration="1s"))
+    rendered = write_doc(tmp_path / "workflow.yaml", with_restarts(Path(values), limit=2, seconds=1))
     run = Run(str(rendered), "--port", str(free_port()), "--backoff-scale", "0.5", "--timeout", "150")
     pid_line = run.wait_for(lambda line: line.startswith("[localrun] node-1: pid "), 30)
     agent = int(pid_line.split()[3].rstrip(":"))

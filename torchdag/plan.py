@@ -15,6 +15,10 @@ from typing import Any
 
 from .catalog import accelerator, catalog, hccl_exec_timeout, is_ipv4
 
+# Argo fills this in a template with a retryStrategy: 0 on the first attempt, then 1, 2...
+ARGO_RETRIES = "{{retries}}"
+
+
 # Argo placeholders, filled per DAG task.
 def argo_parameter(name: str) -> str:
     return "{{inputs.parameters." + name + "}}"
@@ -74,6 +78,7 @@ class Plan:
     nodes: list[NodePlan]  # in rank order: the master first
     shapes: list[Shape]
     volumes: list[dict]  # the pod volumes, in print order
+    retry: dict | None  # the train DAG's retryStrategy (failurePolicy), or None
     backend: str
     backend_reason: str
     world_size: int
@@ -163,6 +168,7 @@ class _ShapeBuilder:
         # ${local_rank} macro, which turns $$ into $: write $ as $$ so they arrive as written.
         self.script_args = [dollar_escape(word) for word in [values["script"], *values.get("args", [])]]
         self.extra_args = list(launcher.get("extraArgs") or [])
+        self.restarts = int((values.get("failurePolicy") or {}).get("maxRestarts") or 0)
 
     def launcher_words(self) -> list[str]:
         launcher = self.v.get("launcher") or {}
@@ -214,6 +220,8 @@ class _ShapeBuilder:
         env = [("PYTHONUNBUFFERED", "1"), ("TORCHDAG_BACKEND", self.backend), ("TORCHDAG_DEVICE", entry["device"])]
         if self.pg_timeout:
             env.append(("TORCHDAG_PG_TIMEOUT", str(int(self.pg_timeout))))
+        if self.restarts:
+            env.append(("TORCHDAG_RESTART", argo_parameter("restart")))
         env += [(name, value) for name, value in entry["env"]]
         if nic_mode == "named":
             env += [(name, prefix + argo_parameter("nic")) for name, prefix in entry["nicEnv"]]
@@ -266,6 +274,16 @@ def _volumes(values: dict, mounts_driver: bool) -> list[dict]:
     return out
 
 
+def _retry_strategy(values: dict) -> dict | None:
+    """Whole-job restarts: Argo retries the `train` DAG as a whole when any task fails or
+    its pod is lost (retryPolicy Always covers both), so every node starts again."""
+    policy = values.get("failurePolicy") or {}
+    limit = int(policy.get("maxRestarts") or 0)
+    if not limit:
+        return None
+    return {"limit": str(limit), "retryPolicy": "Always", "backoff": {"duration": f"{int(policy['backoffSeconds'])}s", "factor": "2"}}
+
+
 def make_plan(values: dict) -> Plan:
     nodes = values["nodes"]
     master_index = next((i for i, node in enumerate(nodes) if node.get("master")), 0)
@@ -300,7 +318,8 @@ def make_plan(values: dict) -> Plan:
                 accelerator=kind,
                 device=entry["device"],
                 devices=devices,
-                parameters=tuple(["host", "node-rank"] + (["nic"] if nic_mode == "named" else []) + (["if-ip"] if has_if_ip else [])),
+                parameters=tuple(["host", "node-rank"] + (["nic"] if nic_mode == "named" else []) + (["if-ip"] if has_if_ip else [])
+                                 + (["restart"] if builder.restarts else [])),
                 command=tuple(builder.command(entry, devices, nic_mode)),
                 args=tuple(builder.args(devices)),
                 env=tuple(builder.env(entry, nic_mode, has_if_ip)),
@@ -315,7 +334,7 @@ def make_plan(values: dict) -> Plan:
     planned = []
     for rank, index, node, kind, devices, address, nic, key in placed:
         shape = shapes[key]
-        facts = {"host": node["name"], "node-rank": str(rank), "nic": nic, "if-ip": address}
+        facts = {"host": node["name"], "node-rank": str(rank), "nic": nic, "if-ip": address, "restart": ARGO_RETRIES}
         arguments = tuple((name, facts[name]) for name in shape.parameters)
         planned.append(NodePlan(index, rank, node["name"], address, nic, kind, devices, shape, arguments))
 
@@ -324,6 +343,7 @@ def make_plan(values: dict) -> Plan:
         nodes=planned,
         shapes=list(shapes.values()),
         volumes=_volumes(values, mounts_driver),
+        retry=_retry_strategy(values),
         backend=backend,
         backend_reason=reason,
         world_size=sum(node.devices for node in planned),

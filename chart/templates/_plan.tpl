@@ -21,6 +21,7 @@ Usage: include "torchdag.plan" (dict "root" $ "plan" $plan)
 {{- $launcher := $v.launcher -}}
 {{- $timeouts := $v.timeouts -}}
 {{- $port := int64 $v.port -}}
+{{- $restarts := int64 ($v.failurePolicy.maxRestarts | default 0) -}}
 
 {{- $masterIndex := 0 -}}
 {{- range $index, $node := $nodes -}}
@@ -151,6 +152,9 @@ Usage: include "torchdag.plan" (dict "root" $ "plan" $plan)
 {{- if $hasIfIp -}}
 {{- $parameters = append $parameters "if-ip" -}}
 {{- end -}}
+{{- if $restarts -}}
+{{- $parameters = append $parameters "restart" -}}
+{{- end -}}
 
 {{- /* plan._ShapeBuilder.command */ -}}
 {{- $setEnv := and $entry.ascend $ascendValues.setEnvScript -}}
@@ -198,6 +202,9 @@ Usage: include "torchdag.plan" (dict "root" $ "plan" $plan)
 {{- with $timeouts.processGroup -}}
 {{- $env = append $env (list "TORCHDAG_PG_TIMEOUT" (printf "%d" (int64 .))) -}}
 {{- end -}}
+{{- if $restarts -}}
+{{- $env = append $env (list "TORCHDAG_RESTART" "{{inputs.parameters.restart}}") -}}
+{{- end -}}
 {{- $env = concat $env $entry.env -}}
 {{- if eq $nicMode "named" -}}
 {{- range $entry.nicEnv -}}
@@ -231,7 +238,7 @@ Usage: include "torchdag.plan" (dict "root" $ "plan" $plan)
 {{- end -}}
 {{- $shape := index $shapeByKey $key -}}
 
-{{- $facts := dict "host" $node.name "node-rank" (toString $rank) "nic" $nic "if-ip" $address -}}
+{{- $facts := dict "host" $node.name "node-rank" (toString $rank) "nic" $nic "if-ip" $address "restart" "{{retries}}" -}}
 {{- $arguments := list -}}
 {{- range $parameter := $shape.parameters -}}
 {{- $arguments = append $arguments (list $parameter (index $facts $parameter)) -}}
@@ -285,6 +292,10 @@ Usage: include "torchdag.plan" (dict "root" $ "plan" $plan)
 {{- $labels := dict "torchdag.io/job" $v.name -}}
 {{- range $key, $value := $v.labels -}}
 {{- $_ := set $labels $key $value -}}
+{{- end -}}
+{{- /* plan._retry_strategy: whole-job restarts */ -}}
+{{- if $restarts -}}
+{{- $_ := set $plan "retry" (dict "limit" (toString $restarts) "retryPolicy" "Always" "backoff" (dict "duration" (printf "%ds" (int64 $v.failurePolicy.backoffSeconds)) "factor" "2")) -}}
 {{- end -}}
 {{- $_ := set $plan "nodes" $planned -}}
 {{- $_ := set $plan "shapes" $shapes -}}
