@@ -41,7 +41,7 @@ def validate_argo(doc: dict) -> None:
 
 
 def substitute(value: Any, parameters: dict[str, str], workflow_name: str = "wf-test") -> Any:
-    """Argo's `{{inputs.parameters.X}}` / `{{workflow.name}}` substitution over a whole template."""
+    """Argo's `{{inputs.parameters.X}}` / `{{workflow.name}}` / `{{workflow.namespace}}` substitution over a whole template."""
     text = json.dumps(value)
 
     def replace(match: re.Match) -> str:
@@ -50,6 +50,8 @@ def substitute(value: Any, parameters: dict[str, str], workflow_name: str = "wf-
             found = parameters[tag[len("inputs.parameters."):]]
         elif tag == "workflow.name":
             found = workflow_name
+        elif tag == "workflow.namespace":
+            found = "wf-namespace"
         else:
             raise KeyError(f"unresolved Argo tag {{{{{tag}}}}}")
         return json.dumps(found)[1:-1]  # Argo inserts the JSON-escaped value
@@ -64,7 +66,9 @@ def task_pods(doc: dict) -> dict[str, dict]:
     dag = templates[spec["entrypoint"]]["dag"]
     pods = {}
     for task in dag["tasks"]:
-        parameters = {p["name"]: p["value"] for p in task["arguments"]["parameters"]}
+        if "container" not in templates[task["template"]]:
+            continue  # the gang's PodGroup (a resource template) is no training pod
+        parameters = {p["name"]: p["value"] for p in (task.get("arguments") or {}).get("parameters") or []}
         template = substitute(templates[task["template"]], parameters)
         container = dict(template["container"], name="main")
         pod_spec: dict = {"containers": [container], "restartPolicy": "Never"}
@@ -76,9 +80,12 @@ def task_pods(doc: dict) -> dict[str, dict]:
                 pod_spec[key] = copy.deepcopy(spec[key])
         if "podPriorityClassName" in spec:
             pod_spec["priorityClassName"] = spec["podPriorityClassName"]
+        if "schedulerName" in template:
+            pod_spec["schedulerName"] = template["schedulerName"]
         metadata = {"name": f"wf-test-{task['name']}", "labels": {**spec.get("podMetadata", {}).get("labels", {}), **template.get("metadata", {}).get("labels", {})}}
-        if spec.get("podMetadata", {}).get("annotations"):
-            metadata["annotations"] = spec["podMetadata"]["annotations"]
+        annotations = {**spec.get("podMetadata", {}).get("annotations", {}), **template.get("metadata", {}).get("annotations", {})}
+        if annotations:
+            metadata["annotations"] = annotations
         pods[task["name"]] = {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": pod_spec}
     return pods
 

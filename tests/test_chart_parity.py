@@ -79,7 +79,7 @@ ACCELERATORS = ["ascend310p", "ascend310", "ascend910", "nvidia", "cpu"]
 
 # Sections (objects whose keys have defaults). Their keys may be null, but not the section
 # itself: render.py fails on `preflight: null` (see test_section_set_to_null_renders_the_same).
-SECTIONS = ("launcher", "timeouts", "workflow", "ascend", "preflight", "rbac")
+SECTIONS = ("launcher", "timeouts", "workflow", "ascend", "preflight", "rbac", "scheduling", "failurePolicy")
 # Keys whose absence means "off" (schema x-null): a null there is valid and deletes the default.
 NULLABLE = {"rendezvous", "processGroup", "hcclConnect", "workflowDeadline", "ttlSecondsAfterFinished", "maxRestarts"}
 
@@ -213,6 +213,10 @@ def values_strategy(draw) -> dict:
                           setEnvScript=hostile_text, whitelistDisable=st.booleans()),
         "preflight": section(enabled=st.booleans(), command=st.lists(hostile_nonempty, min_size=1, max_size=3),
                              timeout=st.integers(1, 10**4)),
+        "scheduling": section(gang=st.sampled_from(["none", "volcano", "kueue", "coscheduling"]), queue=st.one_of(st.just(""), dns_label),
+                              schedulerName=st.one_of(st.just(""), dns_label), timeout=st.integers(1, 86400)),
+        "failurePolicy": section(maxRestarts=st.integers(0, 100), backoffSeconds=st.integers(1, 86400)),
+        "resourceNames": st.dictionaries(st.sampled_from(ACCELERATORS), qualified_name, max_size=2),
         # Chart-only keys: render.py ignores them, and they must not change the Workflow.
         "rbac": section(create=st.just(bool(service_account)), legacyExecutor=st.booleans(),
                         createServiceAccount=st.just(bool(service_account))),
@@ -228,6 +232,9 @@ def values_strategy(draw) -> dict:
         else:
             values[key] = draw(strategy)
     # /dev/shm stays torchdag's while shmSize is set; volumes_strategy never mounts it.
+    scheduling = values.get("scheduling")
+    if isinstance(scheduling, dict) and scheduling.get("gang") == "kueue" and not scheduling.get("queue"):
+        scheduling["queue"] = "team-a"  # Kueue needs its LocalQueue (refusal tested in test_gang.py)
     return values
 
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .catalog import accelerator, catalog, hccl_exec_timeout, is_ipv4
+from .yamlout import quote
 
 # Argo fills this in a template with a retryStrategy: 0 on the first attempt, then 1, 2...
 ARGO_RETRIES = "{{retries}}"
@@ -79,6 +80,7 @@ class Plan:
     shapes: list[Shape]
     volumes: list[dict]  # the pod volumes, in print order
     retry: dict | None  # the train DAG's retryStrategy (failurePolicy), or None
+    gang: dict | None  # gang scheduling (scheduling.gang): pod fields and the PodGroup manifest, or None
     backend: str
     backend_reason: str
     world_size: int
@@ -284,6 +286,67 @@ def _retry_strategy(values: dict) -> dict | None:
     return {"limit": str(limit), "retryPolicy": "Always", "backoff": {"duration": f"{int(policy['backoffSeconds'])}s", "factor": "2"}}
 
 
+# The gang's name: one per Workflow run (a retried DAG keeps it).
+GANG_NAME = "{{workflow.name}}"
+
+
+def _gang(values: dict, nodes: list[NodePlan]) -> dict | None:
+    """What every training pod carries to join the job's one gang, and the PodGroup
+    manifest (lines of YAML) the Workflow creates before the pods, if the scheduler has one."""
+    scheduling = values.get("scheduling") or {}
+    kind = scheduling.get("gang") or "none"
+    if kind == "none":
+        return None
+    entry = catalog()["gangs"][kind]
+    fill = {"{group}": GANG_NAME, "{count}": str(len(nodes)), "{queue}": scheduling.get("queue") or ""}
+
+    def filled(mapping: dict) -> list[tuple[str, str]]:
+        out = []
+        for key, value in sorted(mapping.items()):
+            for placeholder, text in fill.items():
+                value = value.replace(placeholder, text)
+            out.append((key, value))
+        return out
+
+    watch = [*scheduling["watchCommand"], f"--workflow={GANG_NAME}", "--namespace={{workflow.namespace}}",
+             f"--pods={len(nodes)}", f"--timeout={int(scheduling['timeout'])}"]
+    gang = {
+        "kind": kind,
+        "scheduler_name": scheduling.get("schedulerName") or entry["schedulerName"],
+        "labels": filled(entry["podLabels"]),
+        "annotations": filled(entry["podAnnotations"]),
+        "watch": [dollar_escape(word) for word in watch],
+        "manifest": None,
+    }
+    if entry["podGroup"]:
+        spec = [f"minMember: {len(nodes)}"]
+        if kind == "volcano":
+            if scheduling.get("queue"):
+                spec.append(f"queue: {quote(scheduling['queue'])}")
+            priority = (values.get("workflow") or {}).get("priorityClassName")
+            if priority:
+                spec.append(f"priorityClassName: {quote(priority)}")
+            totals: dict[str, int] = {}
+            for node in nodes:
+                name = resource_name(node.accelerator, values)
+                if name:
+                    totals[name] = totals.get(name, 0) + node.devices
+            if totals:  # lets Volcano refuse a gang that can never fit the queue
+                spec.append("minResources:")
+                spec += [f"  {quote(name)}: {quote(str(count))}" for name, count in sorted(totals.items())]
+        else:
+            spec.append(f"scheduleTimeoutSeconds: {int(scheduling['timeout'])}")
+        gang["manifest"] = [
+            f"apiVersion: {quote(entry['podGroup']['apiVersion'])}",
+            'kind: "PodGroup"',
+            "metadata:",
+            f"  name: {quote(GANG_NAME)}",
+            "spec:",
+            *[f"  {line}" for line in spec],
+        ]
+    return gang
+
+
 def make_plan(values: dict) -> Plan:
     nodes = values["nodes"]
     master_index = next((i for i, node in enumerate(nodes) if node.get("master")), 0)
@@ -344,6 +407,7 @@ def make_plan(values: dict) -> Plan:
         shapes=list(shapes.values()),
         volumes=_volumes(values, mounts_driver),
         retry=_retry_strategy(values),
+        gang=_gang(values, planned),
         backend=backend,
         backend_reason=reason,
         world_size=sum(node.devices for node in planned),

@@ -23,7 +23,7 @@ def summary_lines(plan: Plan, short: bool = False) -> list[str]:
     lines = [
         f"torchdag job {v['name']}: {len(nodes)} node(s), world size {plan.world_size}, backend {plan.backend} ({plan.backend_reason})",
         f"master: {master.name} (rank 0) at {master.address}:{int(v['port'])}",
-        f"gang scheduling: {scheduling.get('gang') or 'none'}; whole-job restarts: {int(failure.get('maxRestarts') or 0)}",
+        f"gang scheduling: {_gang_text(scheduling)}; whole-job restarts: {int(failure.get('maxRestarts') or 0)}",
     ]
     pg_timeout = (v.get("timeouts") or {}).get("processGroup")
     if pg_timeout and any(catalog.is_ascend(shape.accelerator) for shape in plan.shapes):
@@ -50,6 +50,14 @@ def summary_lines(plan: Plan, short: bool = False) -> list[str]:
             lines.append(f"... {skipped} more node(s) ...")
         lines.append(line(row))
     return lines
+
+
+def _gang_text(scheduling: dict) -> str:
+    gang = scheduling.get("gang") or "none"
+    if gang == "none":
+        return "none"
+    queue = f"queue {scheduling['queue']}, " if scheduling.get("queue") else ""
+    return f"{gang} ({queue}placed within {int(scheduling['timeout'])} s or stopped)"
 
 
 def summary_comment(plan: Plan) -> str:

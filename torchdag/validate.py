@@ -395,11 +395,18 @@ def _volume_problems(values: dict) -> list[Problem]:
     return problems
 
 
+def _scheduling_problems(values: dict) -> list[Problem]:
+    scheduling = values.get("scheduling")
+    if isinstance(scheduling, dict) and scheduling.get("gang") == "kueue" and not scheduling.get("queue"):
+        return [Problem(("scheduling", "queue"), "must name the Kueue LocalQueue when gang is kueue (pods without a queue are not managed by Kueue)")]
+    return []
+
+
 def semantic_problems(values: dict) -> list[Problem]:
     """Rules across fields. They read only what has the schema's shape, so they run
     beside the schema check and every independent problem is reported at once."""
     return (null_problems(values) + _node_problems(values) + backend_problems(values) + _env_problems(values)
-            + _argument_problems(values) + _metadata_problems(values) + _volume_problems(values))
+            + _argument_problems(values) + _metadata_problems(values) + _volume_problems(values) + _scheduling_problems(values))
 
 
 def validate(values: Any) -> list[Problem]:

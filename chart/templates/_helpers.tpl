@@ -80,7 +80,7 @@ last four rows of a large job.
 {{- $lines := list
   (printf "torchdag job %s: %d node(s), world size %d, backend %s (%s)" $v.name (len $plan.nodes) $plan.worldSize $plan.backend $plan.backendReason)
   (printf "master: %s (rank 0) at %s:%d" $plan.master.name $plan.master.address (int64 $v.port))
-  (printf "gang scheduling: %s; whole-job restarts: %d" ($v.scheduling.gang | default "none") (int64 ($v.failurePolicy.maxRestarts | default 0))) -}}
+  (printf "gang scheduling: %s; whole-job restarts: %d" (include "torchdag.gangText" $v.scheduling) (int64 ($v.failurePolicy.maxRestarts | default 0))) -}}
 {{- $pg := $v.timeouts.processGroup -}}
 {{- $ascend := false -}}
 {{- range $plan.shapes -}}
@@ -135,4 +135,14 @@ last four rows of a large job.
 # {{ . }}
 {{- end }}
 # Rendered by torchdag: edit the values file, not this file.
+{{- end -}}
+
+{{/* summary._gang_text: the gang line of the summary. Takes .Values.scheduling. */}}
+{{- define "torchdag.gangText" -}}
+{{- $gang := .gang | default "none" -}}
+{{- if eq $gang "none" -}}
+none
+{{- else -}}
+{{- printf "%s (%splaced within %d s or stopped)" $gang (ternary (printf "queue %s, " .queue) "" (ne (.queue | default "") "")) (int64 .timeout) -}}
+{{- end -}}
 {{- end -}}

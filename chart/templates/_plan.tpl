@@ -297,6 +297,61 @@ Usage: include "torchdag.plan" (dict "root" $ "plan" $plan)
 {{- if $restarts -}}
 {{- $_ := set $plan "retry" (dict "limit" (toString $restarts) "retryPolicy" "Always" "backoff" (dict "duration" (printf "%ds" (int64 $v.failurePolicy.backoffSeconds)) "factor" "2")) -}}
 {{- end -}}
+{{- /* plan._gang: what every training pod carries to join the one gang, and the PodGroup manifest */ -}}
+{{- $scheduling := $v.scheduling -}}
+{{- if ne ($scheduling.gang | default "none") "none" -}}
+{{- $entry := index $cat.gangs $scheduling.gang -}}
+{{- $group := "{{workflow.name}}" -}}
+{{- $fill := dict "{group}" $group "{count}" (toString (len $planned)) "{queue}" ($scheduling.queue | default "") -}}
+{{- $watch := list -}}
+{{- range (concat $scheduling.watchCommand (list (printf "--workflow=%s" $group) "--namespace={{workflow.namespace}}" (printf "--pods=%d" (len $planned)) (printf "--timeout=%d" (int64 $scheduling.timeout)))) -}}
+{{- $watch = append $watch (replace "$" "$$" .) -}}
+{{- end -}}
+{{- $gang := dict "kind" $scheduling.gang "schedulerName" ($scheduling.schedulerName | default $entry.schedulerName) "watch" $watch -}}
+{{- range $field, $source := dict "labels" $entry.podLabels "annotations" $entry.podAnnotations -}}
+{{- $pairs := list -}}
+{{- range $key, $value := $source -}}
+{{- range $placeholder, $text := $fill -}}
+{{- $value = replace $placeholder $text $value -}}
+{{- end -}}
+{{- $pairs = append $pairs (list $key $value) -}}
+{{- end -}}
+{{- $_ := set $gang $field $pairs -}}
+{{- end -}}
+{{- if $entry.podGroup -}}
+{{- $spec := list (printf "minMember: %d" (len $planned)) -}}
+{{- if eq $scheduling.gang "volcano" -}}
+{{- with $scheduling.queue -}}
+{{- $spec = append $spec (printf "queue: %s" (toJson .)) -}}
+{{- end -}}
+{{- with $v.workflow.priorityClassName -}}
+{{- $spec = append $spec (printf "priorityClassName: %s" (toJson .)) -}}
+{{- end -}}
+{{- $totals := dict -}}
+{{- range $planned -}}
+{{- $name := index ($v.resourceNames | default dict) .accelerator | default (index $cat.accelerators .accelerator).resource -}}
+{{- if $name -}}
+{{- $_ := set $totals $name (add (get $totals $name | default 0) .devices) -}}
+{{- end -}}
+{{- end -}}
+{{- if $totals -}}
+{{- /* lets Volcano refuse a gang that can never fit the queue */ -}}
+{{- $spec = append $spec "minResources:" -}}
+{{- range $name, $count := $totals -}}
+{{- $spec = append $spec (printf "  %s: %s" (toJson $name) (toJson (toString $count))) -}}
+{{- end -}}
+{{- end -}}
+{{- else -}}
+{{- $spec = append $spec (printf "scheduleTimeoutSeconds: %d" (int64 $scheduling.timeout)) -}}
+{{- end -}}
+{{- $manifest := list (printf "apiVersion: %s" (toJson $entry.podGroup.apiVersion)) "kind: \"PodGroup\"" "metadata:" (printf "  name: %s" (toJson $group)) "spec:" -}}
+{{- range $spec -}}
+{{- $manifest = append $manifest (printf "  %s" .) -}}
+{{- end -}}
+{{- $_ := set $gang "manifest" $manifest -}}
+{{- end -}}
+{{- $_ := set $plan "gang" $gang -}}
+{{- end -}}
 {{- $_ := set $plan "nodes" $planned -}}
 {{- $_ := set $plan "shapes" $shapes -}}
 {{- $_ := set $plan "volumes" $volumes -}}

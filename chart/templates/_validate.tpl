@@ -183,6 +183,12 @@ Usage: include "torchdag.validate" (dict "root" $ "catalog" $catalog)
 {{- end -}}
 {{- end -}}
 
+{{- /* validate._scheduling_problems */ -}}
+{{- $scheduling := $v.scheduling | default dict -}}
+{{- if and (eq $scheduling.gang "kueue") (not $scheduling.queue) -}}
+{{- $problems = append $problems "scheduling.queue: must name the Kueue LocalQueue when gang is kueue (pods without a queue are not managed by Kueue)" -}}
+{{- end -}}
+
 {{- /* Chart only: the ServiceAccount to create needs a name, and the Role is never bound to `default` silently. */ -}}
 {{- if and $rbac.createServiceAccount (not $v.serviceAccountName) -}}
 {{- $problems = append $problems "serviceAccountName: must be set when rbac.createServiceAccount is true: it names the ServiceAccount to create and the one the pods run as" -}}

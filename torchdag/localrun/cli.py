@@ -92,7 +92,7 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
         said += "; restarts " + (f"up to {job.retry.limit}" if job.retry.limit is not None else "without limit")
     out.write(f"[localrun] workflow {job.workflow}: {len(job.tasks)} task(s) from the rendered DAG"
               f"{' of ' + loaded.kind if loaded.kind != 'Workflow' else ''}, run here ({said})\n")
-    for note in loaded.ignored:
+    for note in loaded.ignored + job.ignored:
         out.write(f"[localrun] {note}\n")
     if job.retry is not None:
         out.write(f"[localrun] {job.retry.describe(args.backoff_scale)}\n")

@@ -70,6 +70,7 @@ class Job:
     tasks: list[LocalTask]  # restart 0
     retry: RetryPolicy | None = None  # the entrypoint DAG's retryStrategy
     deadline: float | None = None  # spec.activeDeadlineSeconds
+    ignored: list[str] = field(default_factory=list)  # DAG tasks not run here, one note each
 
     def tasks_for(self, restart: int) -> list[LocalTask]:
         """The tasks of restart n (`{{retries}}` = n); restart 0 is self.tasks."""
@@ -177,9 +178,13 @@ def _prepare_tasks(doc: dict, options: Options, scope: dict[str, str], restart: 
     unknown = [n for n in options.only if n not in names]
     if unknown:
         raise LocalRunError(f"--only {', '.join(unknown)}: no such task (tasks: {', '.join(names)})", EXIT_INVALID)
+    skipped = {t["name"] for t in tasks if gang_task(t, templates)}
     out = []
     for task in tasks:
-        if task.get("dependencies") or task.get("depends"):
+        if task["name"] in skipped:
+            continue
+        depends = set(task.get("dependencies") or []) | ({task["depends"]} if task.get("depends") else set())
+        if depends - skipped:
             raise LocalRunError(f"{task['name']}: has dependencies; localrun starts every task at once, as torchdag renders them")
         if options.only and task["name"] not in options.only:
             continue
@@ -187,6 +192,34 @@ def _prepare_tasks(doc: dict, options: Options, scope: dict[str, str], restart: 
             raise LocalRunError(f"{task['name']}: template {task.get('template')!r} is not in the Workflow", EXIT_INVALID)
         out.append(_prepare_task(task, templates[task["template"]], dag_scope, options))
     return out
+
+
+def gang_task(task: dict, templates: dict[str, dict]) -> str | None:
+    """What a DAG task of gang scheduling does on a cluster (scheduling.gang), or None for a
+    training task: the resource template that creates the PodGroup, or the gang watch."""
+    template = templates.get(task.get("template")) or {}
+    manifest = (template.get("resource") or {}).get("manifest") or ""
+    if "\nkind: \"PodGroup\"\n" in "\n" + manifest:
+        return "creates the gang's PodGroup"
+    if ((template.get("metadata") or {}).get("labels") or {}).get("torchdag.io/role") == "gang-watch":
+        return "watches that the gang is placed in time"
+    return None
+
+
+def _gang_notes(doc: dict) -> list[str]:
+    """What gang scheduling would do on a cluster, and that this runner does not."""
+    _, dag, templates = _dag(doc)
+    notes = [f"ignored: task {t['name']} ({gang_task(t, templates)}: gang scheduling is not simulated; every node starts here at once)"
+             for t in dag.get("tasks") or [] if gang_task(t, templates)]
+    for template in templates.values():
+        metadata = template.get("metadata") or {}
+        marks = {**(metadata.get("labels") or {}), **(metadata.get("annotations") or {})}
+        fields = [f"schedulerName {template['schedulerName']}"] if template.get("schedulerName") else []
+        fields += [f"Pending timeout {template['timeout']}"] if template.get("timeout") else []
+        fields += [f"{key}={value}" for key, value in marks.items() if not key.startswith("torchdag.io/")]
+        if "container" in template and fields and ((metadata.get("labels") or {}).get("torchdag.io/role") != "gang-watch"):
+            notes.append(f"ignored: template {template['name']}: {', '.join(fields)} (placement is the cluster's business)")
+    return notes
 
 
 def prepare_job(doc: dict, options: Options) -> Job:
@@ -199,7 +232,7 @@ def prepare_job(doc: dict, options: Options) -> Job:
     if problems:
         raise LocalRunError("\n".join(problems))
     deadline = (doc.get("spec") or {}).get("activeDeadlineSeconds")
-    return Job(doc, options, scope["workflow.name"], tasks, retry, float(deadline) if deadline else None)
+    return Job(doc, options, scope["workflow.name"], tasks, retry, float(deadline) if deadline else None, _gang_notes(doc))
 
 
 def prepare(doc: dict, options: Options) -> tuple[str, list[LocalTask]]:

@@ -1,0 +1,136 @@
+"""Gang scheduling (scheduling.gang): every training pod joins the job's one gang of N,
+the PodGroup is created first and owned by the Workflow, an unplaceable gang ends the job
+after scheduling.timeout, and `gang: none` changes nothing."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from argo_helpers import task_pods, validate_argo, validate_kubernetes
+from chart_helpers import documents, helm_template
+from torchdag.cli import build
+from torchdag.problems import ValuesError
+
+REPO = Path(__file__).resolve().parent.parent
+CASES = {kind: REPO / "tests" / "cases" / f"gang-{kind}.yaml" for kind in ("volcano", "kueue", "coscheduling")}
+GROUP = "{{workflow.name}}"  # one gang per run
+RUN = "wf-test"  # the run name argo_helpers.task_pods substitutes, as Argo would
+
+
+def workflow(path: Path) -> dict:
+    docs = [d for d in yaml.safe_load_all(build(path)) if d]
+    (doc,) = [d for d in docs if d["kind"] in ("Workflow", "WorkflowTemplate")]
+    return doc
+
+
+def parts(doc: dict):
+    templates = {t["name"]: t for t in doc["spec"]["templates"]}
+    tasks = templates[doc["spec"]["entrypoint"]]["dag"]["tasks"]
+    training = [t for t in tasks if t["name"].startswith("node-")]
+    return templates, tasks, training
+
+
+@pytest.mark.parametrize("kind", sorted(CASES))
+def test_every_training_pod_joins_the_one_gang_of_n(kind):
+    doc = workflow(CASES[kind])
+    validate_argo(doc)
+    templates, tasks, training = parts(doc)
+    values = yaml.safe_load(CASES[kind].read_text())
+    n = len(values["nodes"])
+    assert len(training) == n
+    pods = task_pods(doc)
+    assert sorted(pods) == sorted([t["name"] for t in training] + ["gang-watch"])
+    validate_kubernetes(pods.pop("gang-watch"))
+    for name, pod in pods.items():
+        validate_kubernetes(pod)
+        template = templates[next(t["template"] for t in training if t["name"] == name)]
+        assert "timeout" not in template  # Argo's template timeout would also cut a running pod
+        labels, annotations = pod["metadata"]["labels"], pod["metadata"].get("annotations", {})
+        if kind == "volcano":
+            assert pod["spec"]["schedulerName"] == "volcano"
+            assert annotations["scheduling.k8s.io/group-name"] == RUN
+        elif kind == "coscheduling":
+            assert pod["spec"]["schedulerName"] == "scheduler-plugins-scheduler"
+            assert labels["scheduling.x-k8s.io/pod-group"] == RUN
+        else:
+            assert "schedulerName" not in pod["spec"]  # Kueue gates pods for the default scheduler
+            assert labels["kueue.x-k8s.io/queue-name"] == "research"
+            assert labels["kueue.x-k8s.io/pod-group-name"] == RUN
+            assert annotations["kueue.x-k8s.io/pod-group-total-count"] == str(n)
+    # The bounded wait: the gang watch runs beside the training tasks and stops the
+    # Workflow, naming the unplaced pods, if the gang is not placed within scheduling.timeout.
+    watch = templates["gang-watch"]
+    assert {"name": "gang-watch", "template": "gang-watch"} in tasks
+    assert watch["container"]["command"] == ["python3", "/opt/torchdag/trainer/gangwatch.py", "--workflow={{workflow.name}}",
+                                             "--namespace={{workflow.namespace}}", f"--pods={n}", "--timeout=900"]
+    assert "schedulerName" not in watch and "affinity" not in watch  # not part of the gang
+    if kind == "kueue":
+        assert "gang" not in templates and all("depends" not in t for t in tasks)
+        return
+    # The PodGroup: applied by the first task, owned by the Workflow, minMember = N.
+    assert tasks[0] == {"name": "gang", "template": "gang"}
+    assert "depends" not in next(t for t in tasks if t["name"] == "gang-watch")
+    assert all(t["depends"] == "gang" for t in training)
+    resource = templates["gang"]["resource"]
+    assert resource["action"] == "apply" and resource["setOwnerReference"] is True
+    group = yaml.safe_load(resource["manifest"])
+    assert group["kind"] == "PodGroup" and group["metadata"]["name"] == GROUP
+    assert group["spec"]["minMember"] == n
+    if kind == "volcano":
+        assert group["apiVersion"] == "scheduling.volcano.sh/v1beta1"
+        assert group["spec"]["queue"] == "research" and group["spec"]["priorityClassName"] == "training-high"
+        assert group["spec"]["minResources"] == {"huawei.com/Ascend910": "20"}
+    else:
+        assert group["apiVersion"] == "scheduling.x-k8s.io/v1alpha1"
+        assert group["spec"]["scheduleTimeoutSeconds"] == 900
+
+
+def test_gang_none_is_the_default_and_adds_nothing(tmp_path):
+    plain = REPO / "examples" / "cpu.yaml"
+    explicit = tmp_path / "cpu.yaml"
+    explicit.write_text(plain.read_text() + "scheduling: {gang: none}\n")
+    assert build(explicit) == build(plain)
+    text = build(plain)
+    assert "schedulerName" not in text and "PodGroup" not in text and "gang-watch" not in text
+
+
+def test_kueue_needs_a_queue_in_both_renderers(helm, tmp_path):
+    path = tmp_path / "v.yaml"
+    path.write_text(CASES["kueue"].read_text().replace("  queue: research\n", ""))
+    with pytest.raises(ValuesError, match="scheduling.queue: must name the Kueue LocalQueue"):
+        build(path)
+    result = helm_template(helm, path)
+    assert result.returncode != 0 and "scheduling.queue: must name the Kueue LocalQueue" in result.stderr
+
+
+@pytest.mark.parametrize("kind,group", [("volcano", "scheduling.volcano.sh"), ("coscheduling", "scheduling.x-k8s.io"), ("kueue", None)])
+def test_chart_rbac_lets_the_workflow_apply_its_podgroup(helm, tmp_path, kind, group):
+    path = tmp_path / "v.yaml"
+    path.write_text(CASES[kind].read_text() + "serviceAccountName: trainer\nrbac: {create: true}\n")
+    result = helm_template(helm, path)
+    assert result.returncode == 0, result.stderr
+    (role,) = [d for d in documents(result.stdout) if d["kind"] == "Role"]
+    podgroups = [rule for rule in role["rules"] if rule["resources"] == ["podgroups"]]
+    if group is None:
+        assert podgroups == []
+    else:
+        assert podgroups == [{"apiGroups": [group], "resources": ["podgroups"], "verbs": ["get", "create", "patch"]}]
+    # the gang watch: read the pods, stop the Workflow
+    assert {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list"]} in role["rules"]
+    assert {"apiGroups": ["argoproj.io"], "resources": ["workflows"], "verbs": ["get", "patch"]} in role["rules"]
+
+
+def test_local_runner_says_what_it_ignores(tmp_path):
+    path = tmp_path / "local.yaml"
+    path.write_text((REPO / "examples" / "local.yaml").read_text() + "scheduling: {gang: volcano, queue: q}\n")
+    result = subprocess.run([str(REPO / ".venv" / "bin" / "python"), "-m", "torchdag.localrun", str(path), "--dry-run"],
+                            capture_output=True, text=True, cwd=REPO, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert "[localrun] ignored: task gang (creates the gang's PodGroup: gang scheduling is not simulated" in result.stdout
+    assert "[localrun] ignored: task gang-watch (watches that the gang is placed in time: " in result.stdout
+    assert "[localrun] ignored: template cpu-x2: schedulerName volcano, scheduling.k8s.io/group-name={{workflow.name}}" in result.stdout
+    assert "[localrun] node-0: exec" in result.stdout and "[localrun] node-1: exec" in result.stdout
