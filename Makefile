@@ -1,7 +1,8 @@
 # torchdag — `make render VALUES=cluster.yaml` and `make test` work on a fresh machine:
 # every tool they need is installed here (all git-ignored): .venv-render/ (Jinja2, PyYAML,
 # jsonschema: all that render and check need, seconds to install), .venv/ (the whole test
-# environment, torch included) and .tools/ (helm).
+# environment, torch included), .venv-ascend/ (torch + the real torch_npu wheel, for
+# tests/test_ascend_wheel.py) and .tools/ (helm).
 
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
@@ -32,8 +33,12 @@ OUT ?= out
 # `make smoke` runs examples/local.yaml unless VALUES is given (command line or environment).
 SMOKE_VALUES = $(if $(filter file,$(origin VALUES)),examples/local.yaml,$(VALUES))
 BENCH_VENV := .venv-bench
+# The real torch_npu wheel beside torch, without CANN (tests/test_ascend_wheel.py).
+ASCEND_VENV := .venv-ascend
+ASCEND_STAMP := $(ASCEND_VENV)/.installed
+ASCEND_REQ := requirements-ascend-test.txt
 
-.PHONY: help setup render check test golden smoke chart-sync bench lint clean
+.PHONY: help setup render check test golden smoke chart-sync bench lint clean ascend-venv
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 14
@@ -68,6 +73,25 @@ $(RENDER_STAMP): requirements-render.txt
 	fi
 	touch $@
 
+# Rebuilt only when requirements-ascend-test.txt changes: its lines above `# --no-deps` are
+# installed as usual, the lines below it (torch-npu) with --no-deps. Made like .venv-render
+# (no ensurepip when PYTHON_SYS has a pip that takes --python).
+$(ASCEND_STAMP): $(ASCEND_REQ)
+	rm -rf $(ASCEND_VENV)
+	$(PYTHON_SYS) -m venv --without-pip $(ASCEND_VENV)
+	sed '/^# --no-deps/,$$d' $(ASCEND_REQ) > $(ASCEND_VENV)/requirements-deps.txt
+	sed '1,/^# --no-deps/d' $(ASCEND_REQ) > $(ASCEND_VENV)/requirements-no-deps.txt
+	if $(PYTHON_SYS) -m pip --python $(ASCEND_VENV)/bin/python --version >/dev/null 2>&1; then \
+		pip=($(PYTHON_SYS) -m pip --python $(ASCEND_VENV)/bin/python); \
+	else \
+		$(ASCEND_VENV)/bin/python -m ensurepip --default-pip >/dev/null; pip=($(ASCEND_VENV)/bin/python -m pip); \
+	fi; \
+	"$${pip[@]}" install $(PIP_FLAGS) -r $(ASCEND_VENV)/requirements-deps.txt && \
+	"$${pip[@]}" install $(PIP_FLAGS) --no-deps -r $(ASCEND_VENV)/requirements-no-deps.txt
+	touch $@
+
+ascend-venv: $(ASCEND_STAMP) ## the .venv-ascend of tests/test_ascend_wheel.py: torch + the real torch_npu wheel, no CANN
+
 render: $(RENDER_STAMP) ## render VALUES (default examples/cluster.yaml) to OUT/workflow.yaml (light venv, no torch)
 	$(RENDER_PY) render.py $(VALUES) -o $(OUT)/workflow.yaml
 	@echo "wrote $(OUT)/workflow.yaml"
@@ -75,7 +99,7 @@ render: $(RENDER_STAMP) ## render VALUES (default examples/cluster.yaml) to OUT/
 check: $(RENDER_STAMP) ## validate VALUES only (light venv, no torch)
 	$(RENDER_PY) render.py --check $(VALUES)
 
-test: $(VENV_STAMP) $(HELM) ## install everything and run the whole test suite
+test: $(VENV_STAMP) $(HELM) $(ASCEND_STAMP) ## install everything and run the whole test suite
 	HELM=$(abspath $(HELM)) $(PY) -m pytest tests
 
 golden: $(VENV_STAMP) ## regenerate tests/golden/ from examples/ and tests/cases/ (review the diff!)

@@ -112,6 +112,11 @@ def onto_cpu(command: list[str], env_map: dict[str, str], device: str, notes: li
             notes.append(f"preflight --device={device} -> --device=cpu")
     env_map["TORCHDAG_DEVICE"] = "cpu"
     notes.append(f"TORCHDAG_DEVICE {device} -> cpu (--cpu)")
+    if env_map.get("TORCH_DEVICE_BACKEND_AUTOLOAD") != "0":
+        # An NPU node counts on CANN being sourced; here there is none, and a torch_npu
+        # wheel would break `import torch` in torchrun itself.
+        env_map["TORCH_DEVICE_BACKEND_AUTOLOAD"] = "0"
+        notes.append("TORCH_DEVICE_BACKEND_AUTOLOAD=0 (--cpu: no CANN here; a torch_npu wheel would break torchrun)")
     if env_map.get("TORCHDAG_BACKEND") in ("nccl", "hccl"):
         notes.append(f"TORCHDAG_BACKEND {env_map['TORCHDAG_BACKEND']} -> gloo (--cpu)")
         env_map["TORCHDAG_BACKEND"] = "gloo"
