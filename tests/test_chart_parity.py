@@ -215,7 +215,7 @@ def values_strategy(draw) -> dict:
                              timeout=st.integers(1, 10**4)),
         "scheduling": section(gang=st.sampled_from(["none", "volcano", "kueue", "coscheduling"]), queue=st.one_of(st.just(""), dns_label),
                               schedulerName=st.one_of(st.just(""), dns_label), timeout=st.integers(1, 86400)),
-        "failurePolicy": section(maxRestarts=st.integers(0, 100), backoffSeconds=st.integers(1, 86400)),
+        "failurePolicy": st.fixed_dictionaries({}, optional={"maxRestarts": st.integers(0, 100), "backoffSeconds": st.integers(1, 86400)}),
         "resourceNames": st.dictionaries(st.sampled_from(ACCELERATORS), qualified_name, max_size=2),
         # Chart-only keys: render.py ignores them, and they must not change the Workflow.
         "rbac": section(create=st.just(bool(service_account)), legacyExecutor=st.booleans(),
