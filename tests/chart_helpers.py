@@ -12,7 +12,8 @@ CHART = REPO / "chart"
 RELEASE = "t"
 ARGO_KINDS = ("Workflow", "WorkflowTemplate")
 # Every values file render.py's golden tests cover (tests/cases/ may still be empty).
-VALUES_FILES = sorted((REPO / "examples").glob("*.yaml")) + sorted((REPO / "tests" / "cases").glob("*.yaml"))
+VALUES_FILES = (sorted((REPO / "examples").glob("*.yaml")) + sorted((REPO / "tests" / "cases").glob("*.yaml"))
+                + sorted((CHART / "ci").glob("*-values.yaml")))  # chart-testing's values files
 
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 

@@ -189,6 +189,15 @@ Usage: include "torchdag.validate" (dict "root" $ "catalog" $catalog)
 {{- $problems = append $problems "scheduling.queue: must name the Kueue LocalQueue when gang is kueue (pods without a queue are not managed by Kueue)" -}}
 {{- end -}}
 
+{{- /* Chart only: values.yaml's placeholders for the required keys let `helm lint` render; a real release refuses them. */ -}}
+{{- if or .root.Release.IsInstall .root.Release.IsUpgrade -}}
+{{- range $key, $placeholder := $cat.chartPlaceholders -}}
+{{- if eq (toJson (index $v $key)) (toJson $placeholder) -}}
+{{- $problems = append $problems (printf "%s: is required: values.yaml holds only a placeholder (%s); set it in your values file (helm install NAME chart -f cluster.yaml)" $key (toJson $placeholder)) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
 {{- /* Chart only: the ServiceAccount to create needs a name, and the Role is never bound to `default` silently. */ -}}
 {{- if and $rbac.createServiceAccount (not $v.serviceAccountName) -}}
 {{- $problems = append $problems "serviceAccountName: must be set when rbac.createServiceAccount is true: it names the ServiceAccount to create and the one the pods run as" -}}
