@@ -79,7 +79,7 @@ ACCELERATORS = ["ascend310p", "ascend310", "ascend910", "nvidia", "cpu"]
 
 # Sections (objects whose keys have defaults). Their keys may be null, but not the section
 # itself: render.py fails on `preflight: null` (see test_section_set_to_null_renders_the_same).
-SECTIONS = ("launcher", "timeouts", "workflow", "ascend", "preflight", "rbac", "scheduling", "failurePolicy")
+SECTIONS = ("launcher", "timeouts", "workflow", "ascend", "preflight", "rbac", "scheduling", "failurePolicy", "containerSecurity")
 # Keys whose absence means "off" (schema x-null): a null there is valid and deletes the default.
 NULLABLE = {"rendezvous", "processGroup", "hcclConnect", "workflowDeadline", "ttlSecondsAfterFinished", "maxRestarts"}
 
@@ -215,6 +215,9 @@ def values_strategy(draw) -> dict:
                              timeout=st.integers(1, 10**4)),
         "scheduling": section(gang=st.sampled_from(["none", "volcano", "kueue", "coscheduling"]), queue=st.one_of(st.just(""), dns_label),
                               schedulerName=st.one_of(st.just(""), dns_label), timeout=st.integers(1, 86400)),
+        "containerSecurity": section(allowPrivilegeEscalation=st.booleans(), dropAllCapabilities=st.booleans(),
+                                     addCapabilities=st.lists(st.sampled_from(["IPC_LOCK", "SYS_PTRACE", "NET_ADMIN"]), max_size=2),
+                                     seccompProfile=st.sampled_from(["RuntimeDefault", "Unconfined", ""])),
         "failurePolicy": st.fixed_dictionaries({}, optional={"maxRestarts": st.integers(0, 100), "backoffSeconds": st.integers(1, 86400)}),
         "resourceNames": st.dictionaries(st.sampled_from(ACCELERATORS), qualified_name, max_size=2),
         # Chart-only keys: render.py ignores them, and they must not change the Workflow.

@@ -57,7 +57,9 @@ def test_valid_argo_and_kubernetes(values: Path, golden: Path):
     doc = render_doc(values)
     validate_argo(doc)
     pods = task_pods(doc)
-    assert len(pods) == len(yaml.safe_load(values.read_text())["nodes"])
+    training = [name for name in pods if name.startswith("node-")]
+    assert len(training) == len(yaml.safe_load(values.read_text())["nodes"])
+    assert sorted(set(pods) - set(training)) in ([], ["gang-watch"])
     for pod in pods.values():
         validate_kubernetes(pod)
 
@@ -370,3 +372,34 @@ def test_unwritable_output_is_one_line_not_a_traceback(target, tmp_path):
     assert result.stderr.startswith(f"render.py: cannot write {out}: ") and len(result.stderr.splitlines()) == 1
     assert sorted(p.name for p in tmp_path.iterdir()) == ["is-a-dir", "under-a-file"]
     assert not list((tmp_path / "is-a-dir").iterdir())
+
+
+def test_containers_are_locked_down_by_default_and_loosened_on_request(tmp_path):
+    """No privilege escalation, no capabilities, the runtime's seccomp profile, on every
+    container torchdag renders (the gang watch included); IPC_LOCK for RDMA on request."""
+    doc = render_doc(REPO / "tests" / "cases" / "gang-volcano.yaml")
+    containers = [t["container"] for t in doc["spec"]["templates"] if "container" in t]
+    assert len(containers) == 3  # two training shapes and the gang watch
+    for container in containers:
+        assert container["securityContext"] == {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]},
+                                                "seccompProfile": {"type": "RuntimeDefault"}}
+    assert "automountServiceAccountToken" not in doc["spec"]
+    values = tmp_path / "v.yaml"
+    values.write_text((REPO / "examples" / "nvidia.yaml").read_text() + "containerSecurity: {addCapabilities: [IPC_LOCK], seccompProfile: ''}\n"
+                      "automountServiceAccountToken: false\nexecutorServiceAccountName: argo-executor\n")
+    doc = render_doc(values)
+    pod = task_pods(doc)["node-0"]
+    validate_kubernetes(pod)
+    assert pod["spec"]["containers"][0]["securityContext"] == {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"], "add": ["IPC_LOCK"]}}
+    assert doc["spec"]["automountServiceAccountToken"] is False and doc["spec"]["executor"] == {"serviceAccountName": "argo-executor"}
+
+
+def test_token_off_needs_an_executor_account_and_no_gang(tmp_path):
+    values = tmp_path / "v.yaml"
+    values.write_text((REPO / "tests" / "cases" / "gang-volcano.yaml").read_text() + "automountServiceAccountToken: false\n")
+    with pytest.raises(ValuesError) as caught:
+        build(values)
+    assert caught.value.lines() == [
+        f"{values}: automountServiceAccountToken: must stay true with a gang scheduler: the gang watch reads the pods through the API",
+        f"{values}: executorServiceAccountName: must be set when automountServiceAccountToken is false: Argo's executor still needs a token to report each step",
+    ]

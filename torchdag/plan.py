@@ -81,6 +81,7 @@ class Plan:
     volumes: list[dict]  # the pod volumes, in print order
     retry: dict | None  # the train DAG's retryStrategy (failurePolicy), or None
     gang: dict | None  # gang scheduling (scheduling.gang): pod fields and the PodGroup manifest, or None
+    security: dict  # every container's securityContext (containerSecurity)
     backend: str
     backend_reason: str
     world_size: int
@@ -276,6 +277,22 @@ def _volumes(values: dict, mounts_driver: bool) -> list[dict]:
     return out
 
 
+def _container_security(values: dict) -> dict:
+    """The containers' securityContext in print order; empty parts left out."""
+    wanted = values.get("containerSecurity") or {}
+    out: dict = {"allowPrivilegeEscalation": bool(wanted.get("allowPrivilegeEscalation"))}
+    capabilities = {}
+    if wanted.get("dropAllCapabilities"):
+        capabilities["drop"] = ["ALL"]
+    if wanted.get("addCapabilities"):
+        capabilities["add"] = list(wanted["addCapabilities"])
+    if capabilities:
+        out["capabilities"] = capabilities
+    if wanted.get("seccompProfile"):
+        out["seccompProfile"] = wanted["seccompProfile"]
+    return out
+
+
 def _retry_strategy(values: dict) -> dict | None:
     """Whole-job restarts: Argo retries the `train` DAG as a whole when any task fails or
     its pod is lost (retryPolicy Always covers both), so every node starts again."""
@@ -408,6 +425,7 @@ def make_plan(values: dict) -> Plan:
         volumes=_volumes(values, mounts_driver),
         retry=_retry_strategy(values),
         gang=_gang(values, planned),
+        security=_container_security(values),
         backend=backend,
         backend_reason=reason,
         world_size=sum(node.devices for node in planned),

@@ -333,7 +333,8 @@ def _env_problems(values: dict) -> list[Problem]:
 def _argument_problems(values: dict) -> list[Problem]:
     problems = []
     words = [(("script",), values.get("script"))]
-    words += [(("args", i), word) for i, word in enumerate(values.get("args") or []) if isinstance(values.get("args"), list)]
+    args = values.get("args") if isinstance(values.get("args"), list) else []
+    words += [(("args", i), word) for i, word in enumerate(args)]
     launcher = values.get("launcher") if isinstance(values.get("launcher"), dict) else {}
     extra = launcher.get("extraArgs") if isinstance(launcher.get("extraArgs"), list) else []
     words += [(("launcher", "extraArgs", i), word) for i, word in enumerate(extra)]
@@ -396,10 +397,16 @@ def _volume_problems(values: dict) -> list[Problem]:
 
 
 def _scheduling_problems(values: dict) -> list[Problem]:
-    scheduling = values.get("scheduling")
-    if isinstance(scheduling, dict) and scheduling.get("gang") == "kueue" and not scheduling.get("queue"):
-        return [Problem(("scheduling", "queue"), "must name the Kueue LocalQueue when gang is kueue (pods without a queue are not managed by Kueue)")]
-    return []
+    problems = []
+    scheduling = values.get("scheduling") if isinstance(values.get("scheduling"), dict) else {}
+    if scheduling.get("gang") == "kueue" and not scheduling.get("queue"):
+        problems.append(Problem(("scheduling", "queue"), "must name the Kueue LocalQueue when gang is kueue (pods without a queue are not managed by Kueue)"))
+    if values.get("automountServiceAccountToken") is False:
+        if not values.get("executorServiceAccountName"):
+            problems.append(Problem(("executorServiceAccountName",), "must be set when automountServiceAccountToken is false: Argo's executor still needs a token to report each step"))
+        if scheduling.get("gang") not in (None, "none"):
+            problems.append(Problem(("automountServiceAccountToken",), "must stay true with a gang scheduler: the gang watch reads the pods through the API"))
+    return problems
 
 
 def semantic_problems(values: dict) -> list[Problem]:

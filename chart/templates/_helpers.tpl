@@ -146,3 +146,24 @@ none
 {{- printf "%s (%splaced within %d s or stopped)" $gang (ternary (printf "queue %s, " .queue) "" (ne (.queue | default "") "")) (int64 .timeout) -}}
 {{- end -}}
 {{- end -}}
+
+{{/* plan._container_security, printed at a container's indentation. Takes $plan.security. */}}
+{{- define "torchdag.containerSecurity" }}
+      securityContext:
+        allowPrivilegeEscalation: {{ toJson .allowPrivilegeEscalation }}
+        {{- with .capabilities }}
+        capabilities:
+          {{- range $part := list "drop" "add" }}
+          {{- with index $.capabilities $part }}
+          {{ $part }}:
+          {{- range . }}
+          - {{ toJson . }}
+          {{- end }}
+          {{- end }}
+          {{- end }}
+        {{- end }}
+        {{- with .seccompProfile }}
+        seccompProfile:
+          type: {{ toJson . }}
+        {{- end }}
+{{- end -}}

@@ -352,6 +352,23 @@ Usage: include "torchdag.plan" (dict "root" $ "plan" $plan)
 {{- end -}}
 {{- $_ := set $plan "gang" $gang -}}
 {{- end -}}
+{{- /* plan._container_security */ -}}
+{{- $wanted := $v.containerSecurity -}}
+{{- $security := dict "allowPrivilegeEscalation" (ternary true false (eq (toString $wanted.allowPrivilegeEscalation) "true")) -}}
+{{- $capabilities := dict -}}
+{{- if $wanted.dropAllCapabilities -}}
+{{- $_ := set $capabilities "drop" (list "ALL") -}}
+{{- end -}}
+{{- if $wanted.addCapabilities -}}
+{{- $_ := set $capabilities "add" $wanted.addCapabilities -}}
+{{- end -}}
+{{- if $capabilities -}}
+{{- $_ := set $security "capabilities" $capabilities -}}
+{{- end -}}
+{{- with $wanted.seccompProfile -}}
+{{- $_ := set $security "seccompProfile" . -}}
+{{- end -}}
+{{- $_ := set $plan "security" $security -}}
 {{- $_ := set $plan "nodes" $planned -}}
 {{- $_ := set $plan "shapes" $shapes -}}
 {{- $_ := set $plan "volumes" $volumes -}}

@@ -188,6 +188,14 @@ Usage: include "torchdag.validate" (dict "root" $ "catalog" $catalog)
 {{- if and (eq $scheduling.gang "kueue") (not $scheduling.queue) -}}
 {{- $problems = append $problems "scheduling.queue: must name the Kueue LocalQueue when gang is kueue (pods without a queue are not managed by Kueue)" -}}
 {{- end -}}
+{{- if eq (toString $v.automountServiceAccountToken) "false" -}}
+{{- if not $v.executorServiceAccountName -}}
+{{- $problems = append $problems "executorServiceAccountName: must be set when automountServiceAccountToken is false: Argo's executor still needs a token to report each step" -}}
+{{- end -}}
+{{- if ne ($scheduling.gang | default "none") "none" -}}
+{{- $problems = append $problems "automountServiceAccountToken: must stay true with a gang scheduler: the gang watch reads the pods through the API" -}}
+{{- end -}}
+{{- end -}}
 
 {{- /* Chart only: values.yaml's placeholders for the required keys let `helm lint` render; a real release refuses them. */ -}}
 {{- if or .root.Release.IsInstall .root.Release.IsUpgrade -}}
