@@ -1,0 +1,323 @@
+"""trainer/gangwatch.py: the real script against a fake Kubernetes API on 127.0.0.1."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.parse
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from trainer_helpers import ROOT, clean_env, free_port
+
+GANGWATCH = ROOT / "trainer" / "gangwatch.py"
+WF, NS, TOKEN = "gang-volcano-x7k2p", "training", "test-token-123"
+SELECTOR = f"workflows.argoproj.io/workflow={WF},torchdag.io/node-rank"
+PODS_PATH = f"/api/v1/namespaces/{NS}/pods"
+WF_PATH = f"/apis/argoproj.io/v1alpha1/namespaces/{NS}/workflows/{WF}"
+UNSCHEDULABLE = "0/12 nodes are available: 12 Insufficient huawei.com/Ascend910."
+RUNNING_WF = {"metadata": {"name": WF}, "spec": {}, "status": {"phase": "Running"}}
+
+
+def pod(rank: int, how: str = "condition", message: str = UNSCHEDULABLE, attempt: str = WF) -> dict:
+    """A training pod as the API lists it: scheduled one of three ways, or Pending."""
+    meta = {"name": f"{WF}-node-{rank}-{1000 + rank}", "creationTimestamp": "2024-05-01T10:00:00Z",
+            "labels": {"workflows.argoproj.io/workflow": WF, "torchdag.io/node-rank": str(rank)},
+            "annotations": {"workflows.argoproj.io/node-name": f"{attempt}.node-{rank}"}}
+    spec, status = {}, {"phase": "Pending"}
+    if how == "condition":
+        status["conditions"] = [{"type": "PodScheduled", "status": "True"}]
+    elif how == "running":
+        status["phase"] = "Running"
+    elif how == "nodename":
+        spec["nodeName"] = "atlas-01"
+    elif how == "failed":
+        status["phase"] = "Failed"
+    elif how == "unschedulable":
+        status["conditions"] = [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                                 "message": message}]
+    return {"metadata": meta, "spec": spec, "status": status}
+
+
+def pod_list(*pods) -> tuple[int, dict]:
+    return 200, {"kind": "PodList", "items": list(pods)}
+
+
+def status(code: int, message: str) -> tuple[int, dict]:
+    return code, {"kind": "Status", "status": "Failure", "message": message, "code": code}
+
+
+class FakeApi:
+    """Answers GET pods from a script (the last answer repeats), GET and PATCH of the
+    Workflow from fixed answers, and records every request."""
+
+    def __init__(self):
+        self.pods: list[tuple[int, dict]] = [pod_list()]
+        self.workflow: tuple[int, dict] = (200, RUNNING_WF)
+        self.patch: list[tuple[int, dict]] = [(200, RUNNING_WF)]
+        self.requests: list[dict] = []
+        self.lock = threading.Lock()
+
+    def answer(self, method: str, path: str, headers, body: bytes) -> tuple[int, dict]:
+        with self.lock:
+            self.requests.append({"method": method, "path": path, "headers": dict(headers), "body": body})
+            if headers.get("Authorization") != f"Bearer {TOKEN}":
+                return status(401, "Unauthorized")
+            route = urllib.parse.urlsplit(path).path
+            if method == "GET" and route == PODS_PATH:
+                return self.pods.pop(0) if len(self.pods) > 1 else self.pods[0]
+            if method == "GET" and route == WF_PATH:
+                return self.workflow
+            if method == "PATCH" and route == WF_PATH:
+                return self.patch.pop(0) if len(self.patch) > 1 else self.patch[0]
+            return status(404, f"no route for {method} {route}")
+
+    def calls(self, method: str, route: str) -> list[dict]:
+        return [r for r in self.requests if r["method"] == method and urllib.parse.urlsplit(r["path"]).path == route]
+
+
+@pytest.fixture
+def api():
+    fake = FakeApi()
+
+    class Handler(BaseHTTPRequestHandler):
+        def _serve(self):
+            body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            code, payload = fake.answer(self.command, self.path, self.headers, body)
+            data = json.dumps(payload).encode()
+            self.send_response(code)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        do_GET = do_PATCH = _serve
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    fake.url = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        yield fake
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def run_watch(api_url: str, tmp_path: Path, *extra: str, pods: int = 3, timeout: float = 10, poll: float = 0.1,
+              env: dict | None = None, termination_log: Path | None = None) -> subprocess.CompletedProcess:
+    token = tmp_path / "token"
+    token.write_text(TOKEN + "\n")
+    log = termination_log if termination_log is not None else tmp_path / "termination-log"
+    if termination_log is None:
+        log.write_text("")  # Kubernetes creates the file; the script only writes an existing one
+    return subprocess.run([sys.executable, str(GANGWATCH), f"--workflow={WF}", f"--namespace={NS}", f"--pods={pods}",
+                           f"--timeout={timeout:g}", f"--poll={poll:g}", "--api-server", api_url,
+                           "--token-file", str(token), "--termination-log", str(log), *extra],
+                          capture_output=True, text=True, env=watch_env(**(env or {})), timeout=60)
+
+
+def watch_env(**extra: str) -> dict:
+    """No in-cluster settings of the machine running the tests leak in."""
+    return {**{k: v for k, v in clean_env().items() if not k.startswith(("KUBERNETES_", "ARGO_"))}, **extra}
+
+
+def assert_clean(r: subprocess.CompletedProcess) -> None:
+    assert "Traceback" not in r.stdout + r.stderr, r.stdout + r.stderr
+
+
+def test_all_placed_at_once(api, tmp_path):
+    """Each of the three signs of placement counts; nothing is stopped."""
+    api.pods = [pod_list(pod(0, "condition"), pod(1, "running"), pod(2, "nodename"))]
+    r = run_watch(api.url, tmp_path)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "[gang-watch] gang placed: 3/3 pods scheduled after 0 s" in r.stdout.splitlines()
+    assert not api.calls("PATCH", WF_PATH)
+    (first, *_) = api.calls("GET", PODS_PATH)
+    query = urllib.parse.urlsplit(first["path"]).query
+    assert "%2C" in query and "%3D" in query  # the selector is URL-encoded
+    assert urllib.parse.parse_qs(query) == {"labelSelector": [SELECTOR]}
+    assert (tmp_path / "termination-log").read_text() == ""
+    assert_clean(r)
+
+
+def test_placed_after_a_few_polls(api, tmp_path):
+    api.pods = [pod_list(), pod_list(pod(0, "unschedulable"), pod(1, "unschedulable"), pod(2, "unschedulable")),
+                pod_list(pod(0), pod(1, "unschedulable"), pod(2)), pod_list(pod(0), pod(1), pod(2, "running"))]
+    r = run_watch(api.url, tmp_path)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert len(api.calls("GET", PODS_PATH)) == 4
+    assert not api.calls("PATCH", WF_PATH)
+    lines = r.stdout.splitlines()
+    assert "[gang-watch] 0/3 pods scheduled after 0 s; waiting for node-rank 0-2" in lines
+    assert any(ln.startswith("[gang-watch] 2/3 pods scheduled after") and ln.endswith("waiting for node-rank 1")
+               for ln in lines), r.stdout
+    assert lines[-1].startswith("[gang-watch] gang placed: 3/3 pods scheduled after")
+    assert_clean(r)
+
+
+def test_never_placed_stops_the_workflow(api, tmp_path):
+    api.pods = [pod_list(pod(0), pod(1, "running"), pod(2, "unschedulable"))]
+    started = time.monotonic()
+    r = run_watch(api.url, tmp_path, timeout=2, poll=0.2)
+    took = time.monotonic() - started
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert took >= 2
+    (patch,) = api.calls("PATCH", WF_PATH)
+    assert patch["headers"]["Content-Type"] == "application/merge-patch+json"
+    assert json.loads(patch["body"]) == {"spec": {"shutdown": "Terminate"}}
+    reason = (f"gang not placed within 2 s: 2/3 pods scheduled; node-rank 2 (pod {WF}-node-2-1002): "
+              f"Unschedulable: {UNSCHEDULABLE}")
+    lines = r.stdout.splitlines()
+    assert lines[-2:] == [f"[gang-watch] {reason}", f"[gang-watch] stopped workflow {WF}: gang not placed within 2 s"]
+    assert (tmp_path / "termination-log").read_text() == reason
+    assert_clean(r)
+
+
+def test_rank_without_a_pod_and_a_retried_patch(api, tmp_path):
+    api.pods = [pod_list(pod(0), pod(1, "unschedulable", message="pod group is not ready, 1 Pending"))]
+    api.patch = [status(503, "etcd leader changed"), (200, RUNNING_WF)]
+    r = run_watch(api.url, tmp_path, timeout=1)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert len(api.calls("PATCH", WF_PATH)) == 2
+    assert (f"[gang-watch] gang not placed within 1 s: 1/3 pods scheduled; node-rank 1 (pod {WF}-node-1-1001): "
+            "Unschedulable: pod group is not ready, 1 Pending; node-rank 2: no pod yet") in r.stdout.splitlines()
+    assert "HTTP 503: etcd leader changed" in r.stdout
+    assert_clean(r)
+
+
+def test_forbidden_pods_names_the_missing_rbac(api, tmp_path):
+    api.pods = [status(403, f'pods is forbidden: User "system:serviceaccount:{NS}:default" cannot list '
+                            f'resource "pods" in API group "" in the namespace "{NS}"')]
+    r = run_watch(api.url, tmp_path)
+    assert r.returncode == 2, r.stdout + r.stderr
+    (line,) = r.stderr.splitlines()
+    assert line.startswith(f"[gang-watch] error: RBAC: not allowed to list pods in namespace {NS} (pods is forbidden")
+    assert "get/list on pods and get/patch on workflows.argoproj.io" in line and "rbac.create" in line
+    assert (tmp_path / "termination-log").read_text() == line[len("[gang-watch] "):]
+    assert not api.calls("PATCH", WF_PATH)
+    assert_clean(r)
+
+
+@pytest.mark.parametrize("phase", ["Succeeded", "Failed", "Error"])
+def test_finished_workflow_is_left_alone(api, tmp_path, phase):
+    api.workflow = (200, {"metadata": {"name": WF}, "spec": {}, "status": {"phase": phase}})
+    r = run_watch(api.url, tmp_path)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert f"[gang-watch] workflow {WF} already finished ({phase}): nothing to watch" in r.stdout.splitlines()
+    assert not api.calls("GET", PODS_PATH) and not api.calls("PATCH", WF_PATH)
+    assert_clean(r)
+
+
+def test_missing_workflow_is_nothing_to_watch(api, tmp_path):
+    api.workflow = status(404, f'workflows.argoproj.io "{WF}" not found')
+    r = run_watch(api.url, tmp_path)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert f"[gang-watch] workflow {WF} not found in namespace {NS}: nothing to watch" in r.stdout.splitlines()
+    assert not api.calls("PATCH", WF_PATH)
+
+
+def test_server_errors_are_retried(api, tmp_path):
+    api.pods = [status(500, "etcdserver: request timed out"), status(500, "etcdserver: request timed out"),
+                pod_list(pod(0), pod(1), pod(2))]
+    r = run_watch(api.url, tmp_path)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert len(api.calls("GET", PODS_PATH)) == 3
+    lines = r.stdout.splitlines()
+    # said once per streak of the same error, not on every poll
+    assert lines.count(f"[gang-watch] API error, retrying until the deadline: GET {PODS_PATH}: HTTP 500: "
+                       "etcdserver: request timed out") == 1, r.stdout
+    assert "[gang-watch] API reachable again" in lines
+    assert lines[-1].startswith("[gang-watch] gang placed: 3/3")
+    assert_clean(r)
+
+
+def test_unreachable_api_is_not_a_reason_to_stop(tmp_path):
+    """Nothing listens: retried until the deadline, then status 2 without stopping anything."""
+    missing = tmp_path / "no-termination-log"
+    r = run_watch(f"http://127.0.0.1:{free_port()}", tmp_path, timeout=0.5, termination_log=missing)
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert "[gang-watch] API error, retrying until the deadline: GET " in r.stdout
+    assert "refused" in r.stdout.lower()
+    assert f"could not read the pods of workflow {WF} at the deadline" in r.stderr
+    assert not missing.exists()  # only an existing termination log is written
+    assert_clean(r)
+
+
+def test_restarted_dag_watches_only_its_own_attempt(api, tmp_path):
+    """After a whole-job restart the first attempt's pods (long scheduled, now Failed) are
+    still listed; only the pods of the watch's own attempt count."""
+    own_id = f"{WF}-1234"
+    api.workflow = (200, {"metadata": {"name": WF}, "spec": {}, "status": {"phase": "Running", "nodes": {
+        own_id: {"id": own_id, "name": f"{WF}(1).gang-watch", "displayName": "gang-watch", "type": "Pod",
+                 "phase": "Running"},
+        f"{WF}-99": {"name": f"{WF}(0).node-0", "displayName": "node-0", "type": "Pod", "phase": "Failed"}}}})
+    old = [pod(rank, "failed", attempt=f"{WF}(0)") for rank in range(3)]
+    api.pods = [pod_list(*old, pod(0, attempt=f"{WF}(1)"), pod(1, attempt=f"{WF}(1)"),
+                         pod(2, "unschedulable", attempt=f"{WF}(1)"))]
+    r = run_watch(api.url, tmp_path, timeout=1, env={"ARGO_NODE_ID": own_id})
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert f"2/3 pods scheduled; node-rank 2 (pod {WF}-node-2-1002): Unschedulable" in r.stdout
+    assert len(api.calls("PATCH", WF_PATH)) == 1
+
+
+def test_failed_gang_task_ends_the_watch(api, tmp_path):
+    """The PodGroup could not be created: the training tasks never start and the Workflow
+    fails on its own once the watch is done; waiting for the timeout would only delay it."""
+    api.workflow = (200, {"metadata": {"name": WF}, "spec": {}, "status": {"phase": "Running", "nodes": {
+        "a": {"name": WF, "displayName": WF, "type": "DAG", "phase": "Running"},
+        "b": {"name": f"{WF}.gang", "displayName": "gang", "type": "Pod", "phase": "Failed",
+              "message": 'the server could not find the requested resource (podgroups)'},
+        "c": {"name": f"{WF}.gang-watch", "displayName": "gang-watch", "type": "Pod", "phase": "Running"}}}})
+    r = run_watch(api.url, tmp_path)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert (f"[gang-watch] workflow {WF} is failing without the gang (gang: Failed: the server could not find the "
+            "requested resource (podgroups)) and has no pod left to place: nothing to watch") in r.stdout.splitlines()
+    assert not api.calls("PATCH", WF_PATH)
+
+
+def test_usage_errors_and_help(tmp_path):
+    helped = subprocess.run([sys.executable, str(GANGWATCH), "--help"], capture_output=True, text=True, timeout=60)
+    assert helped.returncode == 0
+    for words in ("spec.shutdown=Terminate", "get/list on pods and get/patch on workflows.argoproj.io",
+                  "--termination-log", "--api-server", "--poll", "Exit status"):
+        assert words in helped.stdout, words
+    r = run_watch("http://127.0.0.1:9", tmp_path, pods=0)
+    assert r.returncode == 2 and "--pods: '0' must be greater than 0" in r.stderr
+    r = subprocess.run([sys.executable, str(GANGWATCH), "--workflow={{workflow.name}}", "--namespace=x",
+                        "--pods=2", "--timeout=5"], capture_output=True, text=True, timeout=60,
+                       env=watch_env())
+    assert r.returncode == 2 and "unsubstituted Argo variable" in r.stderr
+    assert_clean(r)
+
+
+def test_sigterm_from_argo_ends_quietly(api, tmp_path):
+    """Argo stops the watch with SIGTERM when the Workflow is stopped or past its deadline."""
+    token = tmp_path / "token"
+    token.write_text(TOKEN)
+    api.pods = [pod_list(pod(0), pod(1, "unschedulable"))]
+    proc = subprocess.Popen([sys.executable, str(GANGWATCH), f"--workflow={WF}", f"--namespace={NS}", "--pods=2",
+                             "--timeout=60", "--poll=0.1", "--api-server", api.url, "--token-file", str(token)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=watch_env())
+    try:
+        deadline = time.monotonic() + 30
+        while not api.calls("GET", PODS_PATH) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 143, out + err
+    assert out.splitlines()[-1] == "[gang-watch] terminated (SIGTERM): the Workflow is being stopped"
+    assert "Traceback" not in out + err and not api.calls("PATCH", WF_PATH)

@@ -1,0 +1,527 @@
+#!/usr/bin/env python3
+"""Bounded wait for a gang: stop the Workflow if its training pods are not all placed in time.
+
+    python3 trainer/gangwatch.py --workflow=NAME --namespace=NS --pods=N --timeout=SECONDS
+
+With `scheduling.gang` set, the rendered Workflow runs this as the task `gang-watch`,
+beside the training tasks.  It polls the Kubernetes API for the Workflow's training
+pods (label ``torchdag.io/node-rank``) and exits 0 as soon as every node rank 0..N-1
+has a pod that the scheduler has placed.  If that does not happen within --timeout
+seconds it names every unplaced rank with the scheduler's reason, sets the Workflow's
+``spec.shutdown`` to ``Terminate`` (Argo then deletes the Pending pods, stops the
+running ones and fails the Workflow) and exits 1.
+
+Standard library only (urllib, ssl, json): it runs in the training image without
+importing torch or a Kubernetes client.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import ssl
+import sys
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+
+PREFIX = "[gang-watch]"
+SA_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
+WORKFLOW_LABEL = "workflows.argoproj.io/workflow"
+RANK_LABEL = "torchdag.io/node-rank"
+NODE_NAME_ANNOTATION = "workflows.argoproj.io/node-name"
+WORKFLOW_API = "/apis/argoproj.io/v1alpha1"
+FINISHED = ("Succeeded", "Failed", "Error")
+RBAC = "get/list on pods and get/patch on workflows.argoproj.io"
+TERMINATION_LOG_LIMIT = 4000  # Kubernetes keeps at most 4096 bytes of a termination message
+WORKFLOW_CHECK_EVERY = 30.0  # seconds between looks at the Workflow itself (it can be large)
+REQUEST_TIMEOUT = 10.0
+GRACE_POLLS, GRACE_MAX = 6, 30.0  # at the deadline: retries for a fresh look, or for the PATCH
+
+
+class Exit(Exception):
+    """Stop with this status; message (if any) is printed, and written as the
+    termination message when the status is not 0."""
+
+    def __init__(self, code: int, message: str = "", stream=None, terminate_note: bool = True):
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.stream = stream
+        self.terminate_note = terminate_note
+
+
+class ApiError(Exception):
+    """An API call that did not succeed.  status is None when there was no HTTP answer."""
+
+    def __init__(self, method: str, path: str, status: int | None, detail: str):
+        super().__init__(detail)
+        self.method, self.path, self.status, self.detail = method, path, status, detail
+
+    @property
+    def transient(self) -> bool:
+        return self.status is None or self.status in (408, 429) or self.status >= 500
+
+    def __str__(self) -> str:
+        what = f"HTTP {self.status}" if self.status is not None else "no answer"
+        return f"{self.method} {self.path}: {what}: {self.detail}"
+
+
+def say(*parts: str, stream=None) -> None:
+    print(PREFIX, *parts, file=stream or sys.stdout, flush=True)
+
+
+def one_line(text: str) -> str:
+    return " ".join(str(text).split())
+
+
+# ----------------------------------------------------------------- API client
+
+class Api:
+    def __init__(self, server: str, token_file: str, ca_file: str):
+        self.server = server.rstrip("/")
+        self.token_file = token_file
+        self.context = None
+        if self.server.startswith("https://"):
+            try:
+                self.context = ssl.create_default_context(cafile=ca_file)
+            except (OSError, ssl.SSLError) as exc:
+                raise Exit(2, f"error: cannot load the API server's CA from {ca_file}: {exc}", sys.stderr)
+
+    def _token(self) -> str:
+        # Read on every call: projected ServiceAccount tokens are rotated in place.
+        try:
+            with open(self.token_file) as f:
+                return f.read().strip()
+        except OSError as exc:
+            raise Exit(2, f"error: cannot read the ServiceAccount token {self.token_file}: "
+                          f"{exc.strerror or exc} (is automountServiceAccountToken off for this pod?)", sys.stderr)
+
+    def call(self, method: str, path: str, body: dict | None = None,
+             content_type: str = "application/json") -> dict | None:
+        """The decoded JSON answer; None on 404.  Raises ApiError otherwise."""
+        data = json.dumps(body).encode() if body is not None else None
+        request = urllib.request.Request(self.server + path, data=data, method=method)
+        request.add_header("Accept", "application/json")
+        request.add_header("Authorization", "Bearer " + self._token())
+        if data is not None:
+            request.add_header("Content-Type", content_type)
+        shown = urllib.parse.unquote(path.split("?", 1)[0])
+        try:
+            with urllib.request.urlopen(request, timeout=REQUEST_TIMEOUT, context=self.context) as response:
+                raw = response.read()
+        except urllib.error.HTTPError as exc:
+            if exc.code == 404:
+                return None
+            raise ApiError(method, shown, exc.code, _status_message(exc))
+        except (urllib.error.URLError, OSError, ValueError) as exc:
+            # Connection refused or reset, DNS, TLS, timeouts, a truncated answer.
+            reason = getattr(exc, "reason", None) or exc
+            raise ApiError(method, shown, None, one_line(str(reason)) or type(exc).__name__)
+        except Exception as exc:  # http.client.HTTPException and friends: a broken answer
+            raise ApiError(method, shown, None, f"{type(exc).__name__}: {one_line(str(exc))}")
+        try:
+            return json.loads(raw.decode() or "{}")
+        except ValueError:
+            raise ApiError(method, shown, 200, "the answer is not JSON")
+
+
+def _status_message(exc: urllib.error.HTTPError) -> str:
+    """The message of a Kubernetes Status answer, else the start of the body."""
+    try:
+        raw = exc.read().decode(errors="replace")
+    except Exception:
+        raw = ""
+    try:
+        message = json.loads(raw).get("message")
+    except (ValueError, AttributeError):
+        message = None
+    return one_line(message or raw[:300] or exc.reason or "")
+
+
+# --------------------------------------------------------------- assessment
+
+def is_scheduled(pod: dict) -> bool:
+    status = pod.get("status") or {}
+    if status.get("phase") in ("Running", "Succeeded", "Failed"):
+        return True
+    if (pod.get("spec") or {}).get("nodeName"):
+        return True
+    return any(c.get("type") == "PodScheduled" and c.get("status") == "True"
+               for c in status.get("conditions") or [])
+
+
+def why_unscheduled(pod: dict) -> str:
+    """The scheduler's own words: the PodScheduled condition's reason and message."""
+    status = pod.get("status") or {}
+    for c in status.get("conditions") or []:
+        if c.get("type") == "PodScheduled" and c.get("status") != "True":
+            reason, message = one_line(c.get("reason") or ""), one_line(c.get("message") or "")
+            if reason and message:
+                return f"{reason}: {message}"
+            return reason or message or "not scheduled"
+    return f"{status.get('phase') or 'Pending'}, no scheduling decision yet"
+
+
+def ranges(ranks) -> str:
+    """[0, 1, 2, 5] -> '0-2, 5'."""
+    out, run = [], []
+    for r in sorted(ranks):
+        if run and r == run[-1] + 1:
+            run.append(r)
+            continue
+        if run:
+            out.append(str(run[0]) if len(run) == 1 else f"{run[0]}-{run[-1]}")
+        run = [r]
+    if run:
+        out.append(str(run[0]) if len(run) == 1 else f"{run[0]}-{run[-1]}")
+    return ", ".join(out)
+
+
+class Observation:
+    """Which ranks have a placed pod, at one moment."""
+
+    def __init__(self, pods: list[dict], n: int, attempt: str | None):
+        self.at = time.monotonic()
+        self.n = n
+        by_rank: dict[int, list[dict]] = {}
+        for pod in pods:
+            meta = pod.get("metadata") or {}
+            node_name = (meta.get("annotations") or {}).get(NODE_NAME_ANNOTATION)
+            if attempt and node_name and not node_name.startswith(attempt):
+                continue  # a pod of an earlier attempt of a restarted DAG
+            try:
+                rank = int((meta.get("labels") or {}).get(RANK_LABEL, ""))
+            except ValueError:
+                continue
+            if 0 <= rank < n:
+                by_rank.setdefault(rank, []).append(pod)
+        self.by_rank = by_rank
+        self.placed = {r for r, ps in by_rank.items() if any(is_scheduled(p) for p in ps)}
+        self.unplaced = [r for r in range(n) if r not in self.placed]
+
+    @property
+    def complete(self) -> bool:
+        return not self.unplaced
+
+    def reasons(self) -> list[str]:
+        items = []
+        for rank in self.unplaced:
+            pods = self.by_rank.get(rank)
+            if not pods:
+                items.append(f"node-rank {rank}: no pod yet")
+                continue
+            newest = max(pods, key=lambda p: (p.get("metadata") or {}).get("creationTimestamp") or "")
+            name = (newest.get("metadata") or {}).get("name", "?")
+            items.append(f"node-rank {rank} (pod {name}): {why_unscheduled(newest)}")
+        return items
+
+
+# ------------------------------------------------------------------- watch
+
+class Watch:
+    def __init__(self, args: argparse.Namespace, api: Api):
+        self.args = args
+        self.api = api
+        self.ns = args.namespace
+        self.wf = args.workflow
+        self.node_id = os.environ.get("ARGO_NODE_ID") or None
+        self.attempt: str | None = None  # node-name prefix of this attempt, e.g. "wf(1)."
+        self.resolved = False  # the Workflow was read once (and with it, this attempt)
+        self.start = time.monotonic()
+        self.last_error = None
+        self.error_key = None
+
+    # -- paths
+    def pods_path(self) -> str:
+        selector = f"{WORKFLOW_LABEL}={self.wf},{RANK_LABEL}"
+        return (f"/api/v1/namespaces/{urllib.parse.quote(self.ns, safe='')}/pods"
+                f"?labelSelector={urllib.parse.quote(selector, safe='')}")
+
+    def workflow_path(self) -> str:
+        return (f"{WORKFLOW_API}/namespaces/{urllib.parse.quote(self.ns, safe='')}"
+                f"/workflows/{urllib.parse.quote(self.wf, safe='')}")
+
+    def grace(self) -> float:
+        return min(GRACE_MAX, GRACE_POLLS * self.args.poll)
+
+    def elapsed(self) -> int:
+        return int(round(time.monotonic() - self.start))
+
+    # -- errors
+    def fatal(self, exc: ApiError, verb: str, resource: str) -> Exit:
+        if exc.status == 401:
+            return Exit(2, f"error: the API server rejected the ServiceAccount token "
+                           f"({self.args.token_file}): {exc}", sys.stderr)
+        if exc.status == 403:
+            return Exit(2, f"error: RBAC: not allowed to {verb} {resource} in namespace {self.ns} ({exc.detail}); "
+                           f"the Workflow's ServiceAccount needs {RBAC} in {self.ns}: set rbac.create in the "
+                           f"chart, or create the Role in docs/gang.md", sys.stderr)
+        return Exit(2, f"error: {exc}", sys.stderr)
+
+    def transient(self, exc: ApiError) -> None:
+        """Said once per streak of the same failure (whichever call met it), not on every poll."""
+        key = (exc.status, exc.detail)
+        if key != self.error_key:
+            say(f"API error, retrying until the deadline: {exc}")
+        self.error_key, self.last_error = key, str(exc)
+
+    # -- the Workflow
+    def check_workflow(self) -> None:
+        """Ends the watch (Exit 0) when there is nothing left to watch."""
+        try:
+            wf = self.api.call("GET", self.workflow_path())
+        except ApiError as exc:
+            if exc.transient:
+                self.transient(exc)
+                return
+            raise self.fatal(exc, "get", "workflows.argoproj.io")
+        if wf is None:
+            raise Exit(0, f"workflow {self.wf} not found in namespace {self.ns}: nothing to watch")
+        self.resolved = True
+        status = wf.get("status") or {}
+        phase = status.get("phase")
+        if phase in FINISHED:
+            raise Exit(0, f"workflow {self.wf} already finished ({phase}): nothing to watch")
+        shutdown = (wf.get("spec") or {}).get("shutdown")
+        if shutdown:
+            raise Exit(0, f"workflow {self.wf} is being stopped (shutdown: {shutdown}): nothing to watch")
+        nodes = status.get("nodes") or {}
+        own = nodes.get(self.node_id) if self.node_id else None
+        if self.attempt is None and own and "." in (own.get("name") or ""):
+            self.attempt = own["name"].rsplit(".", 1)[0] + "."
+        failing = self.failing_without_pods(nodes)
+        if failing:
+            raise Exit(0, f"workflow {self.wf} is failing without the gang ({failing}) and has no pod left "
+                          "to place: nothing to watch")
+
+    def failing_without_pods(self, nodes: dict) -> str | None:
+        """A task of this attempt failed (for example `gang`, the PodGroup) and no other
+        task is pending or running: the Workflow only waits for this watch, and will fail."""
+        failed, active = None, False
+        for node_id, node in nodes.items():
+            if node_id == self.node_id or node.get("type") != "Pod":
+                continue
+            name = node.get("name") or ""
+            if node.get("displayName") == "gang-watch" or (self.attempt and not name.startswith(self.attempt)):
+                continue
+            phase = node.get("phase")
+            if phase in ("Pending", "Running"):
+                active = True
+            elif phase in ("Failed", "Error") and failed is None:
+                message = one_line(node.get("message") or "")
+                failed = f"{node.get('displayName') or name}: {phase}" + (f": {message}" if message else "")
+        return None if active else failed
+
+    # -- the pods
+    def observe(self) -> Observation | None:
+        try:
+            answer = self.api.call("GET", self.pods_path())
+        except ApiError as exc:
+            if exc.transient:
+                self.transient(exc)
+                return None
+            raise self.fatal(exc, "list", "pods")
+        if self.error_key:
+            say("API reachable again")
+            self.error_key = None
+        return Observation((answer or {}).get("items") or [], self.args.pods, self.attempt)
+
+    def stop_workflow(self, reason: str) -> None:
+        body = {"spec": {"shutdown": "Terminate"}}
+        give_up = time.monotonic() + self.grace()
+        while True:
+            try:
+                answer = self.api.call("PATCH", self.workflow_path(), body, "application/merge-patch+json")
+            except ApiError as exc:
+                if exc.transient and time.monotonic() < give_up:
+                    self.transient(exc)
+                    time.sleep(min(self.args.poll, 5.0))
+                    continue
+                failed = (Exit(2, f"error: could not stop workflow {self.wf}: {exc}", sys.stderr)
+                          if exc.transient else self.fatal(exc, "patch", "workflows.argoproj.io"))
+                failed.message += f"; and the gang was not placed: {reason}"
+                raise failed
+            break
+        if answer is None:
+            raise Exit(0, f"workflow {self.wf} no longer exists: nothing to stop", terminate_note=False)
+        raise Exit(1, f"stopped workflow {self.wf}: gang not placed within {self.args.timeout:g} s",
+                   terminate_note=False)
+
+    def run(self) -> None:
+        args = self.args
+        deadline = self.start + args.timeout
+        say(f"watching workflow {self.wf} in namespace {self.ns}: {args.pods} training pod(s), "
+            f"node-rank {ranges(range(args.pods))}, must be scheduled within {args.timeout:g} s")
+        self.check_workflow()
+        last_check = time.monotonic()
+        latest: Observation | None = None
+        shown = -1
+        while True:
+            # Under Argo, wait for the first look at the Workflow before trusting any pod:
+            # it tells which pods belong to this attempt of a restarted DAG.
+            obs = self.observe() if self.resolved or not self.node_id else None
+            if obs is not None:
+                latest = obs
+                if obs.complete:
+                    raise Exit(0, f"gang placed: {args.pods}/{args.pods} pods scheduled after {self.elapsed()} s")
+                if len(obs.placed) != shown:
+                    shown = len(obs.placed)
+                    say(f"{shown}/{args.pods} pods scheduled after {self.elapsed()} s; "
+                        f"waiting for node-rank {ranges(obs.unplaced)}")
+            now = time.monotonic()
+            if now >= deadline:
+                break
+            if now - last_check >= WORKFLOW_CHECK_EVERY or not self.resolved:
+                self.check_workflow()
+                last_check = time.monotonic()
+            time.sleep(max(0.0, min(args.poll, deadline - time.monotonic())))
+
+        # The deadline: decide on a recent look at the pods, never blind.
+        fresh_for = max(3 * args.poll, 15.0)
+        give_up = time.monotonic() + self.grace()
+        while latest is None or time.monotonic() - latest.at > fresh_for:
+            if time.monotonic() >= give_up:
+                raise Exit(2, f"error: could not read the pods of workflow {self.wf} at the deadline "
+                              f"({self.last_error}); not stopping it without looking", sys.stderr)
+            time.sleep(min(args.poll, 5.0))
+            obs = self.observe()
+            if obs is not None:
+                latest = obs
+        if latest.complete:
+            raise Exit(0, f"gang placed: {args.pods}/{args.pods} pods scheduled after {self.elapsed()} s")
+        self.check_workflow()
+        reason = (f"gang not placed within {args.timeout:g} s: {len(latest.placed)}/{args.pods} pods scheduled; "
+                  + "; ".join(latest.reasons()))
+        say(reason)
+        write_termination_log(args.termination_log, reason)
+        self.stop_workflow(reason)
+
+
+# ---------------------------------------------------------------------- CLI
+
+def write_termination_log(path: str, message: str) -> None:
+    """Kubernetes shows the file as the container's termination message, Argo as the
+    node's message.  Only written where it exists (Kubernetes creates it)."""
+    if not path or not os.path.exists(path) or not os.access(path, os.W_OK):
+        return
+    data = message.encode()
+    if len(data) > TERMINATION_LOG_LIMIT:
+        tail = " ... (cut: the gang-watch log has every rank)"
+        data = data[:TERMINATION_LOG_LIMIT - len(tail)].decode(errors="ignore").encode() + tail.encode()
+    try:
+        with open(path, "wb") as f:
+            f.write(data)
+    except OSError:
+        pass
+
+
+def default_api_server() -> str | None:
+    host, port = os.environ.get("KUBERNETES_SERVICE_HOST"), os.environ.get("KUBERNETES_SERVICE_PORT")
+    if not host:
+        return None
+    if ":" in host and not host.startswith("["):
+        host = f"[{host}]"  # IPv6
+    return f"https://{host}:{port or 443}"
+
+
+def positive(kind):
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number")
+        if not value > 0:
+            raise argparse.ArgumentTypeError(f"{text!r} must be greater than 0")
+        return value
+    return parse
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="trainer/gangwatch.py", allow_abbrev=False,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description=(
+            "Bounded wait for a gang-scheduled torchdag Workflow (its `gang-watch` task).\n\n"
+            "Polls the Kubernetes API for the Workflow's training pods, labelled\n"
+            f"  {WORKFLOW_LABEL}=WORKFLOW and {RANK_LABEL}=0..PODS-1.\n"
+            "A rank is placed when one of its pods is scheduled: condition PodScheduled=True,\n"
+            "phase Running/Succeeded/Failed, or spec.nodeName set. Image pulls come after\n"
+            "scheduling and do not count.\n\n"
+            "  every rank placed            -> 'gang placed: N/N pods scheduled after S s', exit 0\n"
+            "  not placed within --timeout  -> prints every unplaced rank with the scheduler's reason,\n"
+            "                                  writes that line to --termination-log, PATCHes the\n"
+            "                                  Workflow with spec.shutdown=Terminate (Argo deletes the\n"
+            "                                  Pending pods, stops the running ones and fails the\n"
+            "                                  Workflow), exit 1\n"
+            "  the Workflow is gone, finished (Succeeded/Failed/Error), being stopped, or failing\n"
+            "  with no task left pending or running -> nothing to watch, exit 0\n\n"
+            "In a pod it calls https://$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT with the\n"
+            f"ServiceAccount's token and CA from {SA_DIR}/.\n"
+            f"That ServiceAccount needs {RBAC}\n"
+            "in the namespace (the chart's rbac.create grants them; see docs/gang.md).\n"
+            "Under Argo, ARGO_NODE_ID (set by Argo) limits the watch to the pods of its own attempt\n"
+            "when failurePolicy restarts the DAG. Calls without an answer, 429 and 5xx are retried\n"
+            "until the deadline; at the deadline the Workflow is stopped only after a fresh look at\n"
+            "the pods."),
+        epilog="Exit status: 0 placed, or nothing to watch; 1 not placed in time, and the Workflow was\n"
+               "stopped; 2 usage, RBAC (403), a rejected token, or no answer from the API at the deadline\n"
+               "(the Workflow is then left alone).")
+    p.add_argument("--workflow", required=True, help="the Workflow's name ({{workflow.name}})")
+    p.add_argument("--namespace", required=True, help="its namespace ({{workflow.namespace}})")
+    p.add_argument("--pods", type=positive(int), required=True,
+                   help="number of training pods, one per node rank 0..PODS-1")
+    p.add_argument("--timeout", type=positive(float), required=True,
+                   help="seconds the gang may take to be placed, counted from this watch's start")
+    p.add_argument("--poll", type=positive(float), default=5.0, help="seconds between looks at the pods (default 5)")
+    p.add_argument("--api-server", default=None,
+                   help="API server URL (default: https:// from KUBERNETES_SERVICE_HOST and "
+                        "KUBERNETES_SERVICE_PORT; http:// is allowed for tests)")
+    p.add_argument("--token-file", default=f"{SA_DIR}/token", help="bearer token file (default: %(default)s)")
+    p.add_argument("--ca-file", default=f"{SA_DIR}/ca.crt", help="CA bundle for https (default: %(default)s)")
+    p.add_argument("--termination-log", default="/dev/termination-log",
+                   help="where the reason for a non-zero exit is written, if the file exists and is writable "
+                        "(default: %(default)s)")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if "{{" in args.workflow or "{{" in args.namespace:
+        print(f"{PREFIX} error: --workflow/--namespace hold an unsubstituted Argo variable "
+              f"({args.workflow!r}, {args.namespace!r}); run it as an Argo task or pass the names",
+              file=sys.stderr, flush=True)
+        return 2
+    signal.signal(signal.SIGTERM, _on_sigterm)
+    try:
+        server = args.api_server or default_api_server()
+        if not server:
+            raise Exit(2, "error: KUBERNETES_SERVICE_HOST is not set (not in a pod?); pass --api-server URL",
+                       sys.stderr)
+        if not server.startswith(("https://", "http://")):
+            raise Exit(2, f"error: --api-server must be an http:// or https:// URL, not {server!r}", sys.stderr)
+        Watch(args, Api(server, args.token_file, args.ca_file)).run()
+        return 0  # not reached: run() ends with Exit
+    except Exit as done:
+        if done.message:
+            say(done.message, stream=done.stream)
+            if done.code != 0 and done.terminate_note:
+                write_termination_log(args.termination_log, done.message)
+        return done.code
+    except KeyboardInterrupt:
+        say("interrupted", stream=sys.stderr)
+        return 130
+
+
+def _on_sigterm(signum, frame):
+    # Argo stops this task when the Workflow is stopped, terminated or past its deadline.
+    say("terminated (SIGTERM): the Workflow is being stopped")
+    sys.stdout.flush()
+    os._exit(143)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
