@@ -65,6 +65,13 @@ def _delete(path: str):
     return change
 
 
+def _raw(case_id: str, field: str, fragment: str, old: str, new: str) -> BadCase:
+    """A case whose text no Python value dumps to (a plain `1e400`): BASE's YAML, `old` replaced by `new`."""
+    text = yaml.safe_dump(BASE, sort_keys=False, allow_unicode=True)
+    assert old in text, old
+    return BadCase(case_id, text.replace(old, new, 1), field, fragment)
+
+
 def _all(*changes):
     def change(values):
         for each in changes:
@@ -108,6 +115,21 @@ BAD_CASES = [
     _case("image-with-space", "image", "printable ASCII without spaces", _set("image", "registry/image: latest")),
     # Python's \s is Unicode-aware, Go's is not: the pattern spells the class out, so both refuse it
     _case("image-with-no-break-space", "image", "printable ASCII without spaces", _set("image", "registry/image:\u00a0latest")),
+    _case("nic-with-ideographic-space", "nodes[1].nic", "is not an interface name", _set("nodes.1.nic", "enp\u3000125")),
+    _case("name-with-line-separator", "name", "is not a DNS-1123 label", _set("name", "blade\u2028train")),
+    _case("label-value-with-no-break-space", "labels.team", "is not a Kubernetes label value", _set("labels", {"team": "ml\u00a0ops"})),
+    _case("address-with-narrow-no-break-space", "nodes[0].address", "is not an IPv4 address or a lowercase DNS name",
+          _set("nodes.0.address", "10.0.0.1\u202f")),
+    # beyond int64 and uint64: helm's float64 reads 1e+20 and 9.2e18, render.py the exact integer; both refuse
+    _case("port-beyond-int64", "port", "at most 65535", _set("port", 99999999999999999999)),
+    _case("run-as-user-beyond-int64", "securityContext.runAsUser", "at most 2147483647",
+          _set("securityContext", {"runAsUser": 9223372036854775808})),
+    _case("toleration-seconds-beyond-2-53", "tolerations[0].tolerationSeconds", "at most 9007199254740991",
+          _set("tolerations", [{"key": "k", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 9007199254740993}])),
+    # a float beyond float64's range is no number to go-yaml: the string '1e400'
+    _raw("port-1e400", "port", "must be an integer, got string '1e400'", "port: 25195", "port: 1e400"),
+    _raw("devices-sexagesimal", "nodes[0].devices", "must be an integer, got string '1:30'", "master: true", "master: true\n  devices: 1:30"),
+    _case("args-an-integer", "args", "must be a list", _set("args", 1)),
     _case("argo-braces-in-args", "args[1]", "contains '{{'", _set("args", ["--type", "{{workflow.name}}"])),
     _case("argo-braces-in-env", "env.NOTE", "contains '{{'", _set("env", {"NOTE": "a {{ b"})),
     _case("argo-braces-in-script", "script", "contains '{{'", _set("script", "/code/{{x}}.py")),

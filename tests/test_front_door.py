@@ -1,0 +1,435 @@
+"""render.py's front door: what the loader refuses before building anything (alias bombs,
+deep nesting, self-containing aliases), numbers (not finite, beyond 2^53, as Helm reads
+them), where `-o` may write, a stdout that cannot take the output, `prog` in messages, and
+`--summary`. Where Helm is involved, both tools are run on the same file.
+
+Cases of the shape "one problem naming a field", which Helm must refuse naming the field too,
+are in tests/bad_cases.py; properties over generated input in tests/test_render_fuzz.py.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import stat
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from chart_helpers import argo_document, helm_template
+from torchdag import cli, command
+from torchdag.problems import ValuesError
+from torchdag.values import MAX_ALIAS_COPIES, MAX_DEPTH, go_number, parse_values
+
+REPO = Path(__file__).resolve().parent.parent
+EXAMPLE = REPO / "examples" / "cluster.yaml"
+BASE = EXAMPLE.read_text(encoding="utf-8")
+
+# 9^9 = 387,420,489 strings from 1 KB; PyYAML shares them, but every later walk copies them out.
+BILLION_LAUGHS = "".join(
+    f"x-{level}: &l{level} [{', '.join([f'*l{level - 1}'] * 9) if level else ', '.join(['lol'] * 9)}]\n" for level in range(9)
+)
+
+
+def write(tmp_path: Path, text: str, name: str = "cluster.yaml") -> Path:
+    path = tmp_path / name
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def render_py(*args: str, timeout: float = 10, **kwargs) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(REPO / "render.py"), *args], capture_output=kwargs.pop("capture_output", True),
+                          text=True, timeout=timeout, **kwargs)
+
+
+def one_line(err: str) -> str:
+    assert err.endswith("\n") and err.count("\n") == 1, err
+    return err[:-1]
+
+
+# --- alias bombs and deep nesting: refused before anything is built ------------------------
+
+def test_alias_bomb_is_refused_fast_in_one_line(tmp_path):
+    values = write(tmp_path, BASE + BILLION_LAUGHS)
+    out = tmp_path / "out" / "workflow.yaml"
+    started = time.monotonic()
+    done = render_py(str(values), "-o", str(out))  # before: 5 minutes of the schema check walking copies
+    assert done.returncode == 2 and done.stdout == "" and not out.parent.exists()
+    assert re.fullmatch(re.escape(f"{values}: (top level): aliases expand this file's ") + r"\d+" + re.escape(
+        ' values to more than 1000000 (excessive aliasing, a "billion laughs"); '
+        f"aliases may add at most {MAX_ALIAS_COPIES} values"), one_line(done.stderr)), done.stderr
+    assert time.monotonic() - started < 10
+    started = time.monotonic()
+    with pytest.raises(ValuesError):
+        parse_values(BASE + BILLION_LAUGHS, "x")
+    assert time.monotonic() - started < 1, "the check must not expand the aliases it counts"
+
+
+def test_alias_bomb_of_merge_keys_is_refused(tmp_path):
+    """`<<` merges copy too (PyYAML flattens them before constructing)."""
+    text = "a0: &a0 {k0: 1, k1: 2, k2: 3, k3: 4}\n" + "".join(
+        f"a{i}: &a{i} {{<<: [{', '.join([f'*a{i - 1}'] * 8)}]}}\n" for i in range(1, 8))
+    with pytest.raises(ValuesError, match=r"\(top level\): aliases expand"):
+        parse_values(text, "x")
+
+
+def test_helm_refuses_the_alias_bomb_too(helm, tmp_path):
+    result = helm_template(helm, write(tmp_path, BASE + BILLION_LAUGHS))
+    assert result.returncode != 0 and "excessive aliasing" in result.stderr
+
+
+def _levels(width: int, levels: int, uses: int) -> str:
+    """x-0: ten strings, x-k: `width` aliases to x-(k-1), x-use: `uses` aliases to the last."""
+    text = f"x-0: &l0 [{', '.join(['v'] * width)}]\n"
+    text += "".join(f"x-{k}: &l{k} [{', '.join([f'*l{k - 1}'] * width)}]\n" for k in range(1, levels))
+    return text + f"x-use: [{', '.join([f'*l{levels - 1}'] * uses)}]\n"
+
+
+@pytest.mark.parametrize("extra, refused", [
+    (_levels(10, 3, 30), True),  # ~37,900 of ~38,050 values decoded inside aliases (99.6%): too many for go-yaml
+    (_levels(1000, 1, 17), False),  # 17,017 of ~18,100 (94%)
+], ids=["99.6%", "94%"])
+def test_go_yamls_aliasing_rule_is_followed(extra, refused, helm, tmp_path):
+    """Below the 50,000-copy limit, render.py refuses what Helm's YAML reader refuses:
+    more than 99% of the values it decodes coming from aliases (go-yaml v2, decode.go)."""
+    values = write(tmp_path, BASE + extra)
+    with pytest.raises(ValuesError) as caught:  # refused either way: the x- keys are unknown
+        cli.load_valid(values)
+    aliasing = [line for line in caught.value.lines() if "excessive aliasing" in line]
+    assert bool(aliasing) == refused, caught.value.lines()[:3]
+    helm_err = helm_template(helm, values).stderr
+    assert ("excessive aliasing" in helm_err) == refused, helm_err
+
+
+def test_alias_copies_beyond_the_limit_are_refused_where_helm_takes_them(helm, tmp_path):
+    """Known difference (chart/README.md): render.py refuses more than 50,000 values made by
+    aliases even when they are only half the file; go-yaml's rule takes it."""
+    width = MAX_ALIAS_COPIES + 10
+    text = BASE + f"x-a: &a [{', '.join(f'v{i}' for i in range(width))}]\nx-b: *a\n"
+    values = write(tmp_path, text)
+    with pytest.raises(ValuesError, match=f"aliases may add at most {MAX_ALIAS_COPIES} values"):
+        parse_values(text, str(values))
+    helm_err = helm_template(helm, values).stderr
+    assert "excessive aliasing" not in helm_err and re.search(r"additional properties '(x-a|x-b)', '(x-a|x-b)' not allowed", helm_err), helm_err
+
+
+def test_anchors_and_merge_keys_of_a_real_file_still_work(tmp_path):
+    """The limits leave ordinary anchors alone: 300 nodes sharing one resources block render
+    exactly as the file with every copy written out."""
+    resources = "{requests: {cpu: '4', memory: 16Gi}, limits: {cpu: '8', memory: 32Gi}}"
+    head = "name: big\nimage: img:1\nscript: /t.py\n"
+    shared = head + f"x-node: &node {{accelerator: cpu, resources: {resources}}}\nnodes:\n" + "".join(
+        f"  - {{<<: *node, name: n{i}, nic: eth0}}\n" for i in range(300))
+    written = head + "nodes:\n" + "".join(
+        f"  - {{accelerator: cpu, resources: {resources}, name: n{i}, nic: eth0}}\n" for i in range(300))
+    anchored = yaml.safe_load(shared)
+    del anchored["x-node"]
+    assert parse_values(written, "x") == anchored
+    assert cli.build(write(tmp_path, written)) == cli.build(write(tmp_path, yaml.safe_dump(anchored), "anchored.yaml"))
+
+
+@pytest.mark.parametrize("depth", [500, 5000])
+def test_deep_nesting_is_one_line_not_a_recursion_error(depth, tmp_path):
+    values = write(tmp_path, BASE + "args: " + "[" * depth + "]" * depth + "\n")
+    done = render_py(str(values))
+    assert done.returncode == 2 and done.stdout == "" and "Traceback" not in done.stderr
+    line = one_line(done.stderr)
+    assert line.startswith(f"{values}: (top level): lists and mappings are nested more than {MAX_DEPTH} levels deep"), line
+
+
+def test_depth_limit_is_exact():
+    def text(depth):  # the root mapping is level 1
+        return "a: " + "[" * (depth - 1) + "]" * (depth - 1) + "\n"
+
+    assert parse_values(text(MAX_DEPTH), "x")
+    with pytest.raises(ValuesError, match=f"nested more than {MAX_DEPTH} levels deep"):
+        parse_values(text(MAX_DEPTH + 1), "x")
+    # through aliases: 60 levels anchored, used 60 levels down
+    deep = "a: &a " + "[" * 60 + "]" * 60 + "\nb: " + "[" * 60 + "*a" + "]" * 60 + "\n"
+    with pytest.raises(ValuesError, match="nested more than"):
+        parse_values(deep, "x")
+
+
+def test_helm_refuses_deep_nesting_too(helm, tmp_path):
+    result = helm_template(helm, write(tmp_path, BASE + "args: " + "[" * 500 + "]" * 500 + "\n"))
+    assert result.returncode != 0 and "/args" in result.stderr  # go-yaml reads it; the schema refuses it
+
+
+def test_an_alias_inside_its_own_anchor_is_refused():
+    with pytest.raises(ValuesError) as caught:
+        parse_values("a: &a [1, *a]\n", "x")
+    assert caught.value.lines() == ["x: (top level): an alias refers to a list or mapping that contains it (line 1); "
+                                    "YAML values cannot contain themselves"]
+
+
+# --- numbers ----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("text, want", [
+    ("25195", 25195), ("1e3", 1000.0), ("1.5e3", 1500.0), ("+.5", 0.5), ("-.5", -0.5), (".5e3", 500.0), ("0o17", 15),
+    ("017", 15), ("0x1F", 31), ("0b101", 5), ("-0b101", -5), ("1_000", 1000), ("09", 9.0), ("1.", 1.0), ("-0", 0),
+    ("1e400", "1e400"), ("-1e400", "-1e400"), ("1:30", "1:30"), ("1:30.5", "1:30.5"), ("0x", "0x"), ("._5", "._5"),
+    ("99999999999999999999", 99999999999999999999),
+])
+def test_numbers_are_read_as_go_yaml_reads_them(text, want):
+    """go-yaml v2's resolve(): Go's strconv syntax, no YAML 1.1 base 60, and a float out of
+    float64's range is a string (integers stay exact: refused later beyond 2^53)."""
+    got = go_number(text)
+    assert got == want and type(got) is type(want)
+    assert parse_values(f"a: {text}\n", "x") == {"a": want}
+
+
+def test_equals_sign_is_a_string():
+    assert parse_values("a: =\n", "x") == {"a": "="}  # was PyYAML's `!!value`, which it cannot construct
+
+
+def test_number_spellings_render_as_helm_renders_them(helm, tmp_path):
+    spellings = ["1e3", "0o17", "017", "0x1F", "+.5", ".5", "1.", "1_000", "0b101", "1e400", "25e-1", "09"]
+    nodes = "".join(f"  - {{name: n{i}, resources: {{requests: {{cpu: {s}}}}}}}\n" for i, s in enumerate(spellings))
+    values = write(tmp_path, f"name: a\nimage: i:1\nscript: /t.py\nnodes:\n{nodes}")
+    cpu = re.compile(r'"cpu": ("[^"]*")')
+    ours = sorted(cpu.findall(cli.build(values)))
+    result = helm_template(helm, values)
+    assert result.returncode == 0, result.stderr
+    assert ours == sorted(cpu.findall(result.stdout)) and '"1e400"' in ours and '"15"' in ours
+
+
+NON_FINITE = [
+    ("resources: {requests: {cpu: .inf}}", "resources.requests.cpu", ".inf"),
+    ("resources: {limits: {memory: -.inf}}", "resources.limits.memory", "-.inf"),
+    ("imagePullSecrets: [.nan]", "imagePullSecrets[0]", ".nan"),
+    ("env: {FOO: +.Inf}", "env.FOO", ".inf"),
+    ("timeouts: {rendezvous: .NaN}", "timeouts.rendezvous", ".nan"),
+]
+
+
+@pytest.mark.parametrize("extra, field, spelling", NON_FINITE, ids=[field for _, field, _ in NON_FINITE])
+def test_non_finite_numbers_are_refused_naming_the_field(extra, field, spelling, tmp_path, capsys):
+    values = write(tmp_path, BASE + extra + "\n")
+    out = tmp_path / "workflow.yaml"
+    assert cli.main([str(values), "-o", str(out)]) == 2 and not out.exists()
+    assert one_line(capsys.readouterr().err) == (
+        f"{values}: {field}: {spelling} is not a finite number, which JSON, Helm and Kubernetes cannot carry; "
+        "give a finite number, or quote it for the string")
+
+
+@pytest.mark.parametrize("extra", [extra for extra, _, _ in NON_FINITE[:2]] + ["port: .nan"])
+def test_helm_refuses_non_finite_numbers_too(extra, helm, tmp_path):
+    result = helm_template(helm, write(tmp_path, BASE.replace("port: 25195\n", "") + extra + "\n"))
+    assert result.returncode != 0 and "json: unsupported value" in result.stderr, result.stderr
+
+
+def test_integer_beyond_2_53_in_a_quantity(helm, tmp_path, capsys):
+    """Known difference (chart/README.md): Helm reads numbers as float64 and renders
+    99999999999999999999 as 100000000000000000000; render.py refuses it, naming the field."""
+    values = write(tmp_path, BASE + "resources: {requests: {cpu: 99999999999999999999}}\n")
+    assert cli.main([str(values)]) == 2
+    assert one_line(capsys.readouterr().err) == (
+        f"{values}: resources.requests.cpu: 99999999999999999999 is beyond 2^53 (9007199254740992), where Helm's numbers "
+        "(float64) lose digits; quote it as a string or give a smaller number")
+    result = helm_template(helm, values)
+    assert result.returncode == 0 and '"cpu": "100000000000000000000"' in result.stdout, result.stderr
+    quoted = write(tmp_path, BASE + "resources: {requests: {cpu: '99999999999999999999'}}\n", "quoted.yaml")
+    assert '"cpu": "99999999999999999999"' in cli.build(quoted)
+
+
+def test_run_as_user_1e3_is_1000_in_both(helm, tmp_path):
+    values = write(tmp_path, BASE + "securityContext: {runAsUser: 1e3}\n")
+    ours = argo_document(cli.build(values))
+    theirs = argo_document(helm_template(helm, values).stdout)
+    assert ours["spec"]["securityContext"] == theirs["spec"]["securityContext"]
+    assert ours["spec"]["securityContext"]["runAsUser"] == 1000
+
+
+# --- where -o writes --------------------------------------------------------------------------
+
+@pytest.mark.parametrize("spelling", ["same", "dot", "symlink", "hardlink"])
+def test_output_onto_the_values_file_is_refused(spelling, tmp_path, capsys):
+    values = write(tmp_path, BASE)
+    target = {"same": lambda: str(values), "dot": lambda: f"{tmp_path}/./{values.name}",
+              "symlink": lambda: (tmp_path / "l.yaml").symlink_to(values) or str(tmp_path / "l.yaml"),
+              "hardlink": lambda: os.link(values, tmp_path / "h.yaml") or str(tmp_path / "h.yaml")}[spelling]()
+    assert cli.main([str(values), "-o", target]) == 1
+    assert one_line(capsys.readouterr().err) == (
+        f"render.py: cannot write {target}: it is the values file {values} itself; give another file name")
+    assert values.read_text(encoding="utf-8") == BASE
+
+
+@pytest.fixture
+def null_device(tmp_path):
+    """A character device to write to: a private /dev/null (mknod, as root), else the real one."""
+    if os.geteuid() == 0:
+        node = tmp_path / "null"
+        os.mknod(node, stat.S_IFCHR | 0o666, os.makedev(1, 3))
+        return node
+    return Path(os.devnull)
+
+
+def test_output_onto_a_character_device_writes_through_it(null_device, tmp_path, capsys):
+    values = write(tmp_path, BASE)
+    assert cli.main([str(values), "-o", str(null_device), "-q"]) == 0
+    assert capsys.readouterr() == ("", "")
+    assert stat.S_ISCHR(null_device.stat().st_mode), "the device was replaced by a regular file"
+    assert not list(null_device.parent.glob(f".{null_device.name}.*"))
+
+
+def test_output_onto_a_fifo(tmp_path, capsys):
+    """Nobody reading: refused at once (a blocking open would hang). A reader: it gets the Workflow."""
+    values = write(tmp_path, BASE)
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    assert cli.main([str(values), "-o", str(fifo), "-q"]) == 1
+    assert one_line(capsys.readouterr().err) == f"render.py: cannot write {fifo}: is a FIFO that nothing reads; start its reader first"
+    received = []
+    reader = threading.Thread(target=lambda: received.append(fifo.read_text(encoding="utf-8")))
+    reader.start()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:  # the reader's open() blocks until a writer comes; wait until it is in it
+        status = cli.main([str(values), "-o", str(fifo), "-q"])
+        if status == 0:
+            break
+        capsys.readouterr()
+        time.sleep(0.05)
+    reader.join(10)
+    assert status == 0 and received == [cli.build(values)] and stat.S_ISFIFO(fifo.stat().st_mode)
+
+
+def test_replacing_a_file_keeps_its_mode_and_owner_and_its_links(tmp_path):
+    values = write(tmp_path, BASE)
+    existing = write(tmp_path, "old\n", "workflow.yaml")
+    existing.chmod(0o640)
+    owner = (65534, 65534) if os.geteuid() == 0 else (os.getuid(), os.getgid())
+    os.chown(existing, *owner)
+    link = tmp_path / "link.yaml"
+    link.symlink_to(existing.name)
+    assert cli.main([str(values), "-o", str(link), "-q"]) == 0
+    assert link.is_symlink() and os.readlink(link) == existing.name, "the link was replaced by a file"
+    assert existing.read_text(encoding="utf-8") == cli.build(values)
+    status = existing.stat()
+    assert stat.S_IMODE(status.st_mode) == 0o640 and (status.st_uid, status.st_gid) == owner
+
+
+def test_a_new_file_gets_the_umask(tmp_path):
+    values = write(tmp_path, BASE)
+    previous = os.umask(0o027)
+    try:
+        assert cli.main([str(values), "-o", str(tmp_path / "new" / "workflow.yaml"), "-q"]) == 0
+    finally:
+        os.umask(previous)
+    assert stat.S_IMODE((tmp_path / "new" / "workflow.yaml").stat().st_mode) == 0o640
+
+
+@pytest.mark.parametrize("target, reason", [
+    ("", "an empty file name"), ("out/", "names a folder, not a file; give a file name"),
+    ("out/.", "names a folder, not a file; give a file name"),
+])
+def test_output_names_that_are_no_file(target, reason, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    values = write(tmp_path, BASE)
+    assert cli.main([str(values), "-o", target]) == 1
+    assert one_line(capsys.readouterr().err) == f"render.py: cannot write {target or repr(target)}: {reason}"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cluster.yaml"]
+
+
+# --- a stdout that cannot take it ---------------------------------------------------------------
+
+def big_values(tmp_path: Path, nodes: int = 400) -> Path:
+    """A job whose Workflow is larger than a pipe's 64 KiB buffer."""
+    listed = "".join(f"  - {{name: n{i:04d}, address: 10.0.{i // 250}.{i % 250 + 1}, nic: eth0, accelerator: ascend910, devices: 8}}\n"
+                     for i in range(nodes))
+    return write(tmp_path, f"name: big\nimage: img:1\nscript: /t.py\nnodes:\n{listed}", "big.yaml")
+
+
+def test_stdout_on_a_full_disk(tmp_path):
+    with open("/dev/full", "w") as full:
+        done = render_py(str(EXAMPLE), stdout=full, stderr=subprocess.PIPE, capture_output=False)
+    assert done.returncode == 1 and done.stderr == "render.py: cannot write stdout: No space left on device\n"
+
+
+@pytest.mark.parametrize("reader", ["closed before", "leaves after one byte"])
+def test_stdout_into_a_closed_pipe(reader, tmp_path):
+    """`render.py big.yaml | head -c1`: the rest cannot be written. One line and exit 1, no
+    traceback and no "Exception ignored ... BrokenPipeError" at exit; and never exit 0, which
+    Python's own buffered stdout can report after a short write."""
+    values = big_values(tmp_path)
+    read_end, write_end = os.pipe()
+    if reader == "closed before":
+        os.close(read_end)
+    process = subprocess.Popen([sys.executable, str(REPO / "render.py"), str(values)], stdout=write_end,
+                               stderr=subprocess.PIPE, text=True)
+    os.close(write_end)
+    if reader != "closed before":
+        os.read(read_end, 1)
+        os.close(read_end)
+    _, err = process.communicate(timeout=10)
+    assert process.returncode == 1 and err == "render.py: cannot write stdout: Broken pipe\n", err
+
+
+def test_stdout_closed(tmp_path):
+    done = render_py(str(EXAMPLE), "-q", stdout=None, stderr=subprocess.PIPE, capture_output=False,
+                     preexec_fn=lambda: os.close(1))
+    assert done.returncode == 1 and done.stderr == "render.py: cannot write stdout: Bad file descriptor\n"
+
+
+# --- prog, --summary ----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("prog", ["render.py", "torchdag render"])
+def test_prog_names_the_command_in_help_usage_errors_and_write_errors(prog, tmp_path, capsys):
+    with pytest.raises(SystemExit) as exited:
+        cli.main(["--help"], prog=prog)
+    assert exited.value.code == 0 and capsys.readouterr().out.startswith(f"usage: {prog} [-h]")
+    with pytest.raises(SystemExit) as exited:
+        cli.main([], prog=prog)
+    assert exited.value.code == 2 and f"{prog}: error: the following arguments are required: values" in capsys.readouterr().err
+    (tmp_path / "dir").mkdir()
+    assert cli.main([str(EXAMPLE), "-o", str(tmp_path / "dir"), "-q"], prog=prog) == 1
+    assert capsys.readouterr().err == f"{prog}: cannot write {tmp_path / 'dir'}: is a directory; give a file name\n"
+
+
+def test_the_torchdag_command_passes_its_name(tmp_path, capsys):
+    assert command.main(["render", str(EXAMPLE), "-o", f"{tmp_path}/x/.", "-q"]) == 1
+    assert capsys.readouterr().err.startswith(f"torchdag render: cannot write {tmp_path}/x/.: names a folder")
+    with pytest.raises(SystemExit):
+        command.main(["check", "--help"])
+    assert capsys.readouterr().out.startswith("usage: torchdag check [-h]")
+
+
+def summary_of(values: Path, short: bool = False) -> str:
+    from torchdag.plan import make_plan
+    from torchdag.summary import summary_lines
+
+    return "".join(f"{line}\n" for line in summary_lines(make_plan(cli.load_valid(values)[0]), short=short))
+
+
+def test_summary_instead_of_the_workflow(tmp_path, capsys):
+    assert cli.main([str(EXAMPLE), "--summary"]) == 0
+    out = capsys.readouterr().out
+    assert out == summary_of(EXAMPLE) and "rank  node" in out and "apiVersion" not in out
+
+
+def test_summary_with_output_writes_the_workflow_and_prints_the_table(tmp_path, capsys):
+    out = tmp_path / "workflow.yaml"
+    assert command.main(["render", str(EXAMPLE), "--summary", "-o", str(out)]) == 0
+    assert capsys.readouterr().out == summary_of(EXAMPLE)
+    assert out.read_text(encoding="utf-8") == cli.build(EXAMPLE)
+
+
+def test_summary_short_and_check(tmp_path, capsys):
+    big = big_values(tmp_path, nodes=20)
+    assert cli.main([str(big), "--summary", "--short", "--check", "-o", str(tmp_path / "no.yaml")]) == 0
+    out = capsys.readouterr().out
+    assert out == summary_of(big, short=True) and "... 12 more node(s) ..." in out
+    assert not (tmp_path / "no.yaml").exists()
+    with pytest.raises(SystemExit) as exited:
+        cli.main([str(big), "--short"])
+    assert exited.value.code == 2 and "--short goes with --summary" in capsys.readouterr().err
+
+
+def test_summary_on_a_full_disk_is_one_line():
+    with open("/dev/full", "w") as full:
+        done = render_py(str(EXAMPLE), "--summary", stdout=full, stderr=subprocess.PIPE, capture_output=False)
+    assert done.returncode == 1 and done.stderr == "render.py: cannot write stdout: No space left on device\n"
