@@ -46,6 +46,10 @@ def hccl_exec_timeout(process_group: int) -> int:
     return max(limits["step"], min(int(process_group), limits["max"]) // limits["step"] * limits["step"])
 
 
+def resource_name(kind: str, values: dict) -> str:
+    return (values.get("resourceNames") or {}).get(kind) or accelerator(kind)["resource"]
+
+
 def reserved_env() -> list[str]:
     return catalog()["reservedEnv"]
 

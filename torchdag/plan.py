@@ -13,8 +13,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from .catalog import accelerator, catalog, hccl_exec_timeout, is_ipv4
-from .yamlout import quote
+from .catalog import accelerator, catalog, hccl_exec_timeout, is_ipv4, resource_name
+from .jobparts import container_security, gang, retry_strategy, volumes
+from .yamlout import dollar_escape, quantity
 
 # Argo fills this in a template with a retryStrategy: 0 on the first attempt, then 1, 2...
 ARGO_RETRIES = "{{retries}}"
@@ -23,20 +24,6 @@ ARGO_RETRIES = "{{retries}}"
 # Argo placeholders, filled per DAG task.
 def argo_parameter(name: str) -> str:
     return "{{inputs.parameters." + name + "}}"
-
-
-def dollar_escape(value: str) -> str:
-    """Kubernetes expands $(VAR) in command, args and env values, and torchrun's
-    ${local_rank} macro (string.Template) runs over the script's arguments: both read
-    `$$` as a literal `$`."""
-    return value.replace("$", "$$")
-
-
-def quantity(value: Any) -> str:
-    """Quantities are printed as strings; 4.0 and 4 both become "4" (as Helm prints them)."""
-    if isinstance(value, float) and value.is_integer():
-        value = int(value)
-    return str(value)
 
 
 @dataclass(frozen=True)
@@ -95,10 +82,6 @@ class Plan:
         """The job's labels: torchdag's own first, then the user's (validation keeps the
         `torchdag.io/` prefix for torchdag)."""
         return {"torchdag.io/job": self.values["name"], **self.values.get("labels", {})}
-
-
-def resource_name(kind: str, values: dict) -> str:
-    return (values.get("resourceNames") or {}).get(kind) or accelerator(kind)["resource"]
 
 
 def _resources(node: dict, values: dict) -> dict:
@@ -254,116 +237,6 @@ class _ShapeBuilder:
         return out
 
 
-def _volumes(values: dict, mounts_driver: bool) -> list[dict]:
-    out: list[dict] = []
-    if values.get("shmSize"):
-        out.append({"name": catalog()["shmVolume"]["name"], "emptyDir": {"medium": "Memory", "sizeLimit": quantity(values["shmSize"])}})
-    if mounts_driver:
-        driver = (values.get("ascend") or {}).get("driverPath") or "/usr/local/Ascend/driver"
-        driver = driver.rstrip("/")
-        for mount in catalog()["ascendMounts"]:
-            out.append({"name": mount["name"], "hostPath": {"path": mount["hostPath"].replace("{driver}", driver), "type": mount["type"]}})
-    for volume in values.get("volumes") or []:
-        if volume.get("hostPath"):
-            host = {"path": volume["hostPath"]["path"]}
-            if volume["hostPath"].get("type"):
-                host["type"] = volume["hostPath"]["type"]
-            out.append({"name": volume["name"], "hostPath": host})
-        else:
-            claim = {"claimName": volume["persistentVolumeClaim"]["claimName"]}
-            if volume.get("readOnly"):
-                claim["readOnly"] = True
-            out.append({"name": volume["name"], "persistentVolumeClaim": claim})
-    return out
-
-
-def _container_security(values: dict) -> dict:
-    """The containers' securityContext in print order; empty parts left out."""
-    wanted = values.get("containerSecurity") or {}
-    out: dict = {"allowPrivilegeEscalation": bool(wanted.get("allowPrivilegeEscalation"))}
-    capabilities = {}
-    if wanted.get("dropAllCapabilities"):
-        capabilities["drop"] = ["ALL"]
-    if wanted.get("addCapabilities"):
-        capabilities["add"] = list(wanted["addCapabilities"])
-    if capabilities:
-        out["capabilities"] = capabilities
-    if wanted.get("seccompProfile"):
-        out["seccompProfile"] = wanted["seccompProfile"]
-    return out
-
-
-def _retry_strategy(values: dict) -> dict | None:
-    """Whole-job restarts: Argo retries the `train` DAG as a whole when any task fails or
-    its pod is lost (retryPolicy Always covers both), so every node starts again."""
-    policy = values.get("failurePolicy") or {}
-    limit = int(policy.get("maxRestarts") or 0)
-    if not limit:
-        return None
-    return {"limit": str(limit), "retryPolicy": "Always", "backoff": {"duration": f"{int(policy['backoffSeconds'])}s", "factor": "2"}}
-
-
-# The gang's name: one per Workflow run (a retried DAG keeps it).
-GANG_NAME = "{{workflow.name}}"
-
-
-def _gang(values: dict, nodes: list[NodePlan]) -> dict | None:
-    """What every training pod carries to join the job's one gang, and the PodGroup
-    manifest (lines of YAML) the Workflow creates before the pods, if the scheduler has one."""
-    scheduling = values.get("scheduling") or {}
-    kind = scheduling.get("gang") or "none"
-    if kind == "none":
-        return None
-    entry = catalog()["gangs"][kind]
-    fill = {"{group}": GANG_NAME, "{count}": str(len(nodes)), "{queue}": scheduling.get("queue") or ""}
-
-    def filled(mapping: dict) -> list[tuple[str, str]]:
-        out = []
-        for key, value in sorted(mapping.items()):
-            for placeholder, text in fill.items():
-                value = value.replace(placeholder, text)
-            out.append((key, value))
-        return out
-
-    watch = [*scheduling["watchCommand"], f"--workflow={GANG_NAME}", "--namespace={{workflow.namespace}}",
-             f"--pods={len(nodes)}", f"--timeout={int(scheduling['timeout'])}"]
-    gang = {
-        "kind": kind,
-        "scheduler_name": scheduling.get("schedulerName") or entry["schedulerName"],
-        "labels": filled(entry["podLabels"]),
-        "annotations": filled(entry["podAnnotations"]),
-        "watch": [dollar_escape(word) for word in watch],
-        "manifest": None,
-    }
-    if entry["podGroup"]:
-        spec = [f"minMember: {len(nodes)}"]
-        if kind == "volcano":
-            if scheduling.get("queue"):
-                spec.append(f"queue: {quote(scheduling['queue'])}")
-            priority = (values.get("workflow") or {}).get("priorityClassName")
-            if priority:
-                spec.append(f"priorityClassName: {quote(priority)}")
-            totals: dict[str, int] = {}
-            for node in nodes:
-                name = resource_name(node.accelerator, values)
-                if name:
-                    totals[name] = totals.get(name, 0) + node.devices
-            if totals:  # lets Volcano refuse a gang that can never fit the queue
-                spec.append("minResources:")
-                spec += [f"  {quote(name)}: {quote(str(count))}" for name, count in sorted(totals.items())]
-        else:
-            spec.append(f"scheduleTimeoutSeconds: {int(scheduling['timeout'])}")
-        gang["manifest"] = [
-            f"apiVersion: {quote(entry['podGroup']['apiVersion'])}",
-            'kind: "PodGroup"',
-            "metadata:",
-            f"  name: {quote(GANG_NAME)}",
-            "spec:",
-            *[f"  {line}" for line in spec],
-        ]
-    return gang
-
-
 def make_plan(values: dict) -> Plan:
     nodes = values["nodes"]
     master_index = next((i for i, node in enumerate(nodes) if node.get("master")), 0)
@@ -422,10 +295,10 @@ def make_plan(values: dict) -> Plan:
         values=values,
         nodes=planned,
         shapes=list(shapes.values()),
-        volumes=_volumes(values, mounts_driver),
-        retry=_retry_strategy(values),
-        gang=_gang(values, planned),
-        security=_container_security(values),
+        volumes=volumes(values, mounts_driver),
+        retry=retry_strategy(values),
+        gang=gang(values, planned),
+        security=container_security(values),
         backend=backend,
         backend_reason=reason,
         world_size=sum(node.devices for node in planned),

@@ -38,3 +38,17 @@ def toleration(item: dict) -> str:
     if "tolerationSeconds" in item:
         fields.append(f"tolerationSeconds: {int(item['tolerationSeconds'])}")
     return "{" + ", ".join(fields) + "}"
+
+
+def dollar_escape(value: str) -> str:
+    """Kubernetes expands $(VAR) in command, args and env values, and torchrun's
+    ${local_rank} macro (string.Template) runs over the script's arguments: both read
+    `$$` as a literal `$`."""
+    return value.replace("$", "$$")
+
+
+def quantity(value: Any) -> str:
+    """Quantities are printed as strings; 4.0 and 4 both become "4" (as Helm prints them)."""
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    return str(value)

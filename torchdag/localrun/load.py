@@ -49,11 +49,25 @@ def read_text(path: str | Path) -> str:
 
 
 def _documents(text: str) -> list | None:
-    """Every non-empty YAML document, or None when the text is not YAML we can split."""
+    """Every non-empty YAML document, or None when the text is not YAML we can split or is
+    too deep or alias-expanded to build (the values loader's bounds: values.graph_problem)."""
+    from ..values import graph_problem
+
+    loader = _Loader(text)
     try:
-        return [d for d in yaml.load_all(text, Loader=_Loader) if d is not None]  # noqa: S506 - safe loader
+        documents = []
+        while loader.check_node():
+            node = loader.get_node()
+            if node is None or graph_problem(node):
+                return None if node is not None else documents
+            document = loader.construct_document(node)
+            if document is not None:
+                documents.append(document)
+        return documents
     except yaml.YAMLError:
         return None
+    finally:
+        loader.dispose()
 
 
 def _is_object(doc) -> bool:
