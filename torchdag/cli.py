@@ -46,8 +46,8 @@ def load_valid(values_path: str | Path) -> tuple[dict, str]:
 
 def build(values_path: str | Path) -> str:
     """The whole pipeline short of writing; raises ValuesError on bad input."""
-    values, _ = load_valid(values_path)
-    return render(make_plan(values))
+    values, source = load_valid(values_path)
+    return render(make_plan(values), source)
 
 
 def warnings_for(values: dict, source: str) -> list[str]:
@@ -235,7 +235,7 @@ def main(argv: list[str] | None = None, prog: str = "render.py") -> int:
     try:
         values, source = load_valid(args.values)
         plan = make_plan(values)
-        text = render(plan)
+        text = render(plan, source)
         warnings = [] if args.quiet else warnings_for(values, source)
     except ValuesError as err:
         for line in err.lines():

@@ -13,7 +13,7 @@ import yaml
 
 from . import TEMPLATES_DIR
 from .plan import Plan
-from .problems import TorchdagError
+from .problems import Problem, TorchdagError, ValuesError
 from .summary import summary_comment
 from .yamlout import quote, sorted_items, toleration
 
@@ -34,10 +34,51 @@ def _environment() -> jinja2.Environment:
     return env
 
 
-def render(plan: Plan) -> str:
+# Argo keeps a Workflow in one Kubernetes object; etcd (and Argo, which offloads only the
+# status) refuses one larger than this, counted as the JSON the API server stores.
+MAX_OBJECT_BYTES = 1024 * 1024
+
+
+class TooLarge(ValuesError):
+    """The values are valid, but the Workflow they make is larger than Argo can store."""
+
+
+def render(plan: Plan, source: str = "values") -> str:
     text = _environment().get_template("workflow.yaml.j2").render(plan=plan, summary=summary_comment(plan))
-    check_documents(text)
+    for document in check_documents(text):
+        size = json_size(document)
+        if size > MAX_OBJECT_BYTES:
+            raise TooLarge(source, [Problem(("nodes",), f"{len(plan.nodes)} nodes make a {_kind(document)} of {size} bytes as the API server "
+                                                        f"stores it (JSON), over the {MAX_OBJECT_BYTES}-byte limit of one Kubernetes object: "
+                                                        "split the job, or shorten args, env and names")])
     return text
+
+
+def _kind(document: yaml.MappingNode) -> str:
+    return next((value.value for key, value in document.value if key.value == "kind"), "document")
+
+
+def json_size(root: yaml.Node) -> int:
+    """Bytes of the compact JSON of a composed document, as Go's encoder writes it (the
+    quoting of yamlout.quote), without building Python objects: one walk over the nodes."""
+    size = 0
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, yaml.ScalarNode):
+            if node.tag.endswith((":int", ":bool", ":null")):
+                size += len(node.value) if not node.tag.endswith(":null") else 4
+            else:
+                size += len(quote(node.value).encode())
+        elif isinstance(node, yaml.MappingNode):
+            size += 2 + max(len(node.value) - 1, 0) + len(node.value)  # braces, commas, colons
+            for key, value in node.value:
+                stack.append(key)
+                stack.append(value)
+        else:
+            size += 2 + max(len(node.value) - 1, 0)  # brackets, commas
+            stack.extend(node.value)
+    return size
 
 
 class RenderBug(TorchdagError):

@@ -70,17 +70,16 @@ shortest round-tripping digits, which is how Go's JSON encoder prints it.
 {{- end -}}
 
 {{/*
-summary.summary_lines(): the per-node table, from a plan (torchdag.plan). Takes
-(dict "plan" $plan "values" .Values "short" bool); the short form keeps the first and
-last four rows of a large job.
+summary.summary_lines(): the per-node table, from a plan (torchdag.plan), one line each,
+each line starting with .prefix. Takes (dict "plan" $plan "values" .Values "short" bool
+"prefix" string); the short form keeps the first and last four rows of a large job. Rows
+are printed as they are computed: collecting them in a list would be quadratic.
 */}}
 {{- define "torchdag.summary" -}}
 {{- $plan := .plan -}}
 {{- $v := .values -}}
-{{- $lines := list
-  (printf "torchdag job %s: %d node(s), world size %d, backend %s (%s)" $v.name (len $plan.nodes) $plan.worldSize $plan.backend $plan.backendReason)
-  (printf "master: %s (rank 0) at %s:%d" $plan.master.name $plan.master.address (int64 $v.port))
-  (printf "gang scheduling: %s; whole-job restarts: %d" (include "torchdag.gangText" $v.scheduling) (int64 ($v.failurePolicy.maxRestarts | default 0))) -}}
+{{- $prefix := .prefix -}}
+{{- $count := len $plan.nodes -}}
 {{- $pg := $v.timeouts.processGroup -}}
 {{- $ascend := false -}}
 {{- range $plan.shapes -}}
@@ -88,52 +87,43 @@ last four rows of a large job.
 {{- $ascend = true -}}
 {{- end -}}
 {{- end -}}
+{{- $hcclLine := "" -}}
 {{- if and $pg $ascend -}}
 {{- $hccl := include "torchdag.hcclExecTimeout" (dict "catalog" $plan.catalog "seconds" $pg) -}}
 {{- if ne $hccl (printf "%d" (int64 $pg)) -}}
-{{- $lines = append $lines (printf "HCCL_EXEC_TIMEOUT: %s s (timeouts.processGroup %d s, as CANN reads it: a multiple of 68, at most 17340)" $hccl (int64 $pg)) -}}
+{{- $hcclLine = printf "HCCL_EXEC_TIMEOUT: %s s (timeouts.processGroup %d s, as CANN reads it: a multiple of 68, at most 17340)" $hccl (int64 $pg) -}}
 {{- end -}}
 {{- end -}}
-{{- $rows := list (list "rank" "node" "address" "nic" "accelerator" "devices" "template") -}}
-{{- range $plan.nodes -}}
-{{- $rows = append $rows (list (toString .rank) .name .address (.nic | default "-") .accelerator (toString .devices) .shape.name) -}}
-{{- end -}}
-{{- $skipped := 0 -}}
-{{- if and .short (gt (len $rows) 9) -}}
-{{- $skipped = sub (len $rows) 9 -}}
-{{- $rows = concat (slice $rows 0 5) (slice $rows (sub (len $rows) 4)) -}}
-{{- end -}}
-{{- $widths := list 0 0 0 0 0 0 0 -}}
-{{- range $row := $rows -}}
-{{- $next := list -}}
-{{- range $i, $cell := $row -}}
-{{- $next = append $next (max (index $widths $i) (len $cell)) -}}
-{{- end -}}
-{{- $widths = $next -}}
-{{- end -}}
-{{- range $r, $row := $rows -}}
-{{- if and $skipped (eq $r 5) -}}
-{{- $lines = append $lines (printf "... %d more node(s) ..." $skipped) -}}
-{{- end -}}
-{{- $cells := list -}}
-{{- range $i, $cell := $row -}}
-{{- if eq $i 0 -}}
-{{- $cells = append $cells (printf "%*s" (int (index $widths 0)) $cell) -}}
-{{- else -}}
-{{- $cells = append $cells (printf "%-*s" (int (index $widths $i)) $cell) -}}
+{{- $short := and .short (gt $count 8) -}}
+{{- $widths := dict "rank" 4 "node" 4 "address" 7 "nic" 3 "accelerator" 11 "devices" 7 "template" 8 -}}
+{{- range $key, $node := $plan.nodes -}}
+{{- if or (not $short) (lt (int $node.rank) 4) (ge (int $node.rank) (sub $count 4)) -}}
+{{- range $column, $cell := dict "rank" (toString $node.rank) "node" $node.name "address" $node.address "nic" ($node.nic | default "-") "accelerator" $node.accelerator "devices" (toString $node.devices) "template" $node.shape.name -}}
+{{- $_ := set $widths $column (max (index $widths $column) (len $cell)) -}}
 {{- end -}}
 {{- end -}}
-{{- $lines = append $lines (regexReplaceAll " +$" (join "  " $cells) "") -}}
 {{- end -}}
-{{- join "\n" $lines -}}
+{{- $row := printf "%%*s  %%-*s  %%-*s  %%-*s  %%-*s  %%-*s  %%s" -}}
+{{- printf "%storchdag job %s: %d node(s), world size %d, backend %s (%s)" $prefix $v.name $count $plan.worldSize $plan.backend $plan.backendReason }}
+{{ printf "%smaster: %s (rank 0) at %s:%d" $prefix $plan.master.name $plan.master.address (int64 $v.port) }}
+{{ printf "%sgang scheduling: %s; whole-job restarts: %d" $prefix (include "torchdag.gangText" $v.scheduling) (int64 ($v.failurePolicy.maxRestarts | default 0)) }}
+{{- with $hcclLine }}
+{{ $prefix }}{{ . }}
+{{- end }}
+{{ $prefix }}{{ regexReplaceAll " +$" (printf $row (int $widths.rank) "rank" (int $widths.node) "node" (int $widths.address) "address" (int $widths.nic) "nic" (int $widths.accelerator) "accelerator" (int $widths.devices) "devices" "template") "" }}
+{{- range $key, $node := $plan.nodes }}
+{{- if and $short (eq (int $node.rank) 4) }}
+{{ $prefix }}... {{ sub $count 8 }} more node(s) ...
+{{- end }}
+{{- if or (not $short) (lt (int $node.rank) 4) (ge (int $node.rank) (sub $count 4)) }}
+{{ $prefix }}{{ regexReplaceAll " +$" (printf $row (int $widths.rank) (toString $node.rank) (int $widths.node) $node.name (int $widths.address) $node.address (int $widths.nic) ($node.nic | default "-") (int $widths.accelerator) $node.accelerator (int $widths.devices) (toString $node.devices) $node.shape.name) "" }}
+{{- end }}
+{{- end }}
 {{- end -}}
 
 {{/* The summary as YAML comments, as render.py writes it above the Workflow. Takes (dict "plan" "values"). */}}
 {{- define "torchdag.summaryComment" -}}
-{{- $lines := splitList "\n" (include "torchdag.summary" (dict "plan" .plan "values" .values "short" false)) -}}
-{{- range $lines }}
-# {{ . }}
-{{- end }}
+{{ include "torchdag.summary" (dict "plan" .plan "values" .values "short" false "prefix" "# ") }}
 # Rendered by torchdag: edit the values file, not this file.
 {{- end -}}
 

@@ -30,12 +30,6 @@ Usage: include "torchdag.plan" (dict "root" $ "plan" $plan)
 {{- break -}}
 {{- end -}}
 {{- end -}}
-{{- $order := list $masterIndex -}}
-{{- range $index, $_ := $nodes -}}
-{{- if ne $index $masterIndex -}}
-{{- $order = append $order $index -}}
-{{- end -}}
-{{- end -}}
 {{- $masterNode := index $nodes $masterIndex -}}
 {{- $masterAddress := $masterNode.address | default $masterNode.name -}}
 
@@ -80,14 +74,9 @@ Usage: include "torchdag.plan" (dict "root" $ "plan" $plan)
 {{- $userEnv = append $userEnv (list $name (replace "$" "$$" $value)) -}}
 {{- end -}}
 {{- /* torchrun's ${local_rank} macro and Kubernetes' $(VAR) each read $$ as $: escape twice */ -}}
-{{- $scriptArgs := list -}}
-{{- range (prepend ($v.args | default list) $v.script) -}}
-{{- $scriptArgs = append $scriptArgs (replace "$" "$$$$" .) -}}
-{{- end -}}
-{{- $extraArgs := list -}}
-{{- range $launcher.extraArgs -}}
-{{- $extraArgs = append $extraArgs (replace "$" "$$" .) -}}
-{{- end -}}
+{{- /* (on the JSON text, where `$` only occurs inside strings: appending arg by arg is quadratic) */ -}}
+{{- $scriptArgs := replace "$" "$$$$" (toJson (prepend ($v.args | default list) $v.script)) | fromJsonArray -}}
+{{- $extraArgs := replace "$" "$$" (toJson ($launcher.extraArgs | default list)) | fromJsonArray -}}
 {{- $mounts := list -}}
 {{- if $v.shmSize -}}
 {{- $mounts = append $mounts (dict "name" $cat.shmVolume.name "mountPath" $cat.shmVolume.mountPath) -}}
@@ -107,15 +96,26 @@ Usage: include "torchdag.plan" (dict "root" $ "plan" $plan)
 {{- $userMounts = append $userMounts $mount -}}
 {{- end -}}
 
+{{- /* once per kind and per resources, not per node: a 4,096-node job stays fast */ -}}
+{{- $entryByKind := dict -}}
+{{- range $kind, $_ := $cat.accelerators -}}
+{{- $_ := set $entryByKind $kind (include "torchdag.accelerator" (dict "catalog" $cat "kind" $kind) | fromJson) -}}
+{{- end -}}
+{{- $resourcesByKey := dict -}}
 {{- $shapes := list -}}
 {{- $shapeByKey := dict -}}
 {{- $byBase := dict -}}
-{{- $planned := list -}}
+{{- /* nodes in rank order: the master, then the others as listed. Kept in a dict keyed by
+       the zero-padded rank (templates range over a dict in key order): appending to a list
+       copies it, which is quadratic in the number of nodes. */ -}}
+{{- $planned := dict -}}
 {{- $worldSize := 0 -}}
-{{- range $rank, $index := $order -}}
-{{- $node := index $nodes $index -}}
+{{- $rank := 0 -}}
+{{- range $pass := list "master" "others" -}}
+{{- range $index, $node := $nodes -}}
+{{- if eq (eq $index $masterIndex) (eq $pass "master") -}}
 {{- $kind := $node.accelerator | default "cpu" -}}
-{{- $entry := include "torchdag.accelerator" (dict "catalog" $cat "kind" $kind) | fromJson -}}
+{{- $entry := index $entryByKind $kind -}}
 {{- $devices := int64 ($node.devices | default 1) -}}
 {{- $address := $node.address | default $node.name -}}
 {{- $nic := $node.nic | default "" -}}
@@ -126,7 +126,11 @@ Usage: include "torchdag.plan" (dict "root" $ "plan" $plan)
 {{- $nicMode = "auto" -}}
 {{- end -}}
 {{- $hasIfIp := and (ne $entry.addressEnv "") (regexMatch $cat.ipv4 $address) -}}
-{{- $resources := include "torchdag.resources" (dict "node" $node "values" $v "entry" $entry "kind" $kind "devices" $devices) | fromJson -}}
+{{- $resourcesKey := printf "%s|%d|%s" $kind $devices (ternary (toJson $node.resources) "-" (hasKey $node "resources")) -}}
+{{- if not (hasKey $resourcesByKey $resourcesKey) -}}
+{{- $_ := set $resourcesByKey $resourcesKey (include "torchdag.resources" (dict "node" $node "values" $v "entry" $entry "kind" $kind "devices" $devices) | fromJson) -}}
+{{- end -}}
+{{- $resources := index $resourcesByKey $resourcesKey -}}
 {{- $key := printf "%s|%d|%s|%s|%t" $kind $devices (toJson $resources) $nicMode $hasIfIp -}}
 {{- if not (hasKey $shapeByKey $key) -}}
 
@@ -243,8 +247,11 @@ Usage: include "torchdag.plan" (dict "root" $ "plan" $plan)
 {{- range $parameter := $shape.parameters -}}
 {{- $arguments = append $arguments (list $parameter (index $facts $parameter)) -}}
 {{- end -}}
-{{- $planned = append $planned (dict "task" (printf "node-%d" $rank) "rank" $rank "name" $node.name "address" $address "nic" $nic "accelerator" $kind "devices" $devices "shape" $shape "arguments" $arguments) -}}
+{{- $_ := set $planned (printf "%08d" $rank) (dict "task" (printf "node-%d" $rank) "rank" $rank "name" $node.name "address" $address "nic" $nic "accelerator" $kind "devices" $devices "shape" $shape "arguments" $arguments) -}}
 {{- $worldSize = add $worldSize $devices -}}
+{{- $rank = add1 $rank -}}
+{{- end -}}
+{{- end -}}
 {{- end -}}
 
 {{- /* plan._shape_names */ -}}
@@ -328,10 +335,10 @@ Usage: include "torchdag.plan" (dict "root" $ "plan" $plan)
 {{- $spec = append $spec (printf "priorityClassName: %s" (toJson .)) -}}
 {{- end -}}
 {{- $totals := dict -}}
-{{- range $planned -}}
-{{- $name := index ($v.resourceNames | default dict) .accelerator | default (index $cat.accelerators .accelerator).resource -}}
+{{- range $_, $node := $planned -}}
+{{- $name := index ($v.resourceNames | default dict) $node.accelerator | default (index $cat.accelerators .accelerator).resource -}}
 {{- if $name -}}
-{{- $_ := set $totals $name (add (get $totals $name | default 0) .devices) -}}
+{{- $_ := set $totals $name (add (get $totals $name | default 0) $node.devices) -}}
 {{- end -}}
 {{- end -}}
 {{- if $totals -}}
@@ -373,7 +380,7 @@ Usage: include "torchdag.plan" (dict "root" $ "plan" $plan)
 {{- $_ := set $plan "shapes" $shapes -}}
 {{- $_ := set $plan "volumes" $volumes -}}
 {{- $_ := set $plan "labels" $labels -}}
-{{- $_ := set $plan "master" (first $planned) -}}
+{{- $_ := set $plan "master" (index $planned (printf "%08d" 0)) -}}
 {{- $_ := set $plan "backend" $backend -}}
 {{- $_ := set $plan "backendReason" $reason -}}
 {{- $_ := set $plan "worldSize" $worldSize -}}

@@ -60,36 +60,39 @@ Usage: include "torchdag.validate" (dict "root" $ "catalog" $catalog)
 {{- end -}}
 
 {{- /* validate.backend_problems: which backend can span these nodes, card by card */ -}}
-{{- $kinds := list -}}
+{{- $firstByKind := dict -}}
+{{- $distinct := list -}}
 {{- $anyAscend := false -}}
-{{- range $node := $v.nodes -}}
+{{- $notNccl := -1 -}}
+{{- $notAscend := -1 -}}
+{{- range $index, $node := $v.nodes -}}
 {{- $kind := $node.accelerator | default "cpu" -}}
-{{- $kinds = append $kinds $kind -}}
-{{- if (index $cat.devices (index $cat.accelerators $kind).device).ascend -}}
+{{- $device := index $cat.devices (index $cat.accelerators $kind).device -}}
+{{- if not (hasKey $firstByKind $kind) -}}
+{{- $_ := set $firstByKind $kind $index -}}
+{{- $distinct = append $distinct $kind -}}
+{{- end -}}
+{{- if $device.ascend -}}
 {{- $anyAscend = true -}}
+{{- else if lt $notAscend 0 -}}
+{{- $notAscend = $index -}}
+{{- end -}}
+{{- if and (ne $device.backend "nccl") (lt $notNccl 0) -}}
+{{- $notNccl = $index -}}
 {{- end -}}
 {{- end -}}
-{{- $distinct := uniq $kinds -}}
 {{- $backend := $v.backend | default "auto" -}}
 {{- $backendProblem := "" -}}
 {{- if and (eq $backend "auto") (gt (len $distinct) 1) -}}
 {{- $backendProblem = printf "auto cannot pick one backend for nodes of different accelerator kinds (%s): hccl and nccl cannot span them; set backend: gloo to train across them" (join ", " $distinct) -}}
-{{- else if eq $backend "nccl" -}}
-{{- range $index, $kind := $kinds -}}
-{{- if and (not $backendProblem) (ne (index $cat.devices (index $cat.accelerators $kind).device).backend "nccl") -}}
-{{- $backendProblem = printf "nccl needs nvidia nodes, but nodes[%d] is %s; use backend: gloo to mix kinds" $index $kind -}}
-{{- end -}}
-{{- end -}}
+{{- else if and (eq $backend "nccl") (ge $notNccl 0) -}}
+{{- $backendProblem = printf "nccl needs nvidia nodes, but nodes[%d] is %s; use backend: gloo to mix kinds" $notNccl ((index $v.nodes $notNccl).accelerator | default "cpu") -}}
 {{- else if eq $backend "hccl" -}}
-{{- range $index, $kind := $kinds -}}
-{{- if and (not $backendProblem) (not (index $cat.devices (index $cat.accelerators $kind).device).ascend) -}}
-{{- $backendProblem = printf "hccl needs Ascend nodes, but nodes[%d] is %s; use backend: gloo to mix kinds" $index $kind -}}
-{{- end -}}
-{{- end -}}
-{{- if and (not $backendProblem) (gt (len $distinct) 1) -}}
+{{- if ge $notAscend 0 -}}
+{{- $backendProblem = printf "hccl needs Ascend nodes, but nodes[%d] is %s; use backend: gloo to mix kinds" $notAscend ((index $v.nodes $notAscend).accelerator | default "cpu") -}}
+{{- else if gt (len $distinct) 1 -}}
 {{- $backendProblem = printf "hccl cannot span different Ascend kinds (%s); use backend: gloo to train across them" (join ", " $distinct) -}}
-{{- end -}}
-{{- if not $backendProblem -}}
+{{- else -}}
 {{- $kind := first $distinct -}}
 {{- $support := (index $cat.accelerators $kind).hccl -}}
 {{- if eq $support "none" -}}

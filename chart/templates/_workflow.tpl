@@ -1,0 +1,280 @@
+{{/*
+torchdag.workflow: the Workflow (or WorkflowTemplate) as text. torchdag.plan (_plan.tpl)
+computes every list, this prints them exactly as templates/workflow.yaml.j2 does, so
+everything under `spec` is byte for byte what render.py prints (a test diffs the text).
+Every scalar leaves through toJson. User values are never passed through `tpl`.
+*/}}
+{{- define "torchdag.workflow" -}}
+
+{{- $plan := dict -}}
+{{- $_ := include "torchdag.plan" (dict "root" $ "plan" $plan) -}}
+{{- $v := .Values -}}
+{{- $workflow := $v.workflow -}}
+{{- include "torchdag.summaryComment" (dict "plan" $plan "values" $v) }}
+apiVersion: argoproj.io/v1alpha1
+kind: {{ $v.kind }}
+metadata:
+  name: {{ include "torchdag.fullname" . | toJson }}
+  namespace: {{ include "torchdag.namespace" . | toJson }}
+  labels:
+    {{- /* helm's labels, then the job's (user labels win, as on render.py's Workflow) */}}
+    {{- $metadataLabels := include "torchdag.labels" . | fromYaml }}
+    {{- range $key, $value := $plan.labels }}
+    {{- $_ := set $metadataLabels $key $value }}
+    {{- end }}
+    {{- range $key, $value := $metadataLabels }}
+    {{ toJson $key }}: {{ toJson $value }}
+    {{- end }}
+  {{- with $v.annotations }}
+  annotations:
+    {{- range $key, $value := . }}
+    {{ toJson $key }}: {{ toJson $value }}
+    {{- end }}
+  {{- end }}
+spec:
+  entrypoint: "train"
+  {{- with $v.timeouts.workflowDeadline }}
+  activeDeadlineSeconds: {{ int64 . }}
+  {{- end }}
+  {{- with $workflow.ttlSecondsAfterFinished }}
+  ttlStrategy:
+    secondsAfterCompletion: {{ int64 . }}
+  {{- end }}
+  {{- with $workflow.podGC }}
+  podGC:
+    strategy: {{ toJson . }}
+  {{- end }}
+  {{- with $v.serviceAccountName }}
+  serviceAccountName: {{ toJson . }}
+  {{- end }}
+  {{- if not $v.automountServiceAccountToken }}
+  automountServiceAccountToken: false
+  executor:
+    serviceAccountName: {{ toJson $v.executorServiceAccountName }}
+  {{- end }}
+  {{- if $v.hostNetwork }}
+  hostNetwork: true
+  dnsPolicy: "ClusterFirstWithHostNet"
+  {{- end }}
+  {{- with $workflow.priorityClassName }}
+  podPriorityClassName: {{ toJson . }}
+  {{- end }}
+  {{- with $v.securityContext }}
+  securityContext:
+    {{- range $key := list "runAsUser" "runAsGroup" "fsGroup" }}
+    {{- if hasKey $v.securityContext $key }}
+    {{ $key }}: {{ int64 (index $v.securityContext $key) }}
+    {{- end }}
+    {{- end }}
+    {{- if hasKey . "runAsNonRoot" }}
+    runAsNonRoot: {{ toJson .runAsNonRoot }}
+    {{- end }}
+    {{- if hasKey . "supplementalGroups" }}
+    {{- $groups := list }}
+    {{- range .supplementalGroups }}
+    {{- $groups = append $groups (printf "%d" (int64 .)) }}
+    {{- end }}
+    supplementalGroups: [{{ join ", " $groups }}]
+    {{- end }}
+  {{- end }}
+  {{- with $v.imagePullSecrets }}
+  imagePullSecrets:
+  {{- range . }}
+  - name: {{ toJson . }}
+  {{- end }}
+  {{- end }}
+  {{- with $v.nodeSelector }}
+  nodeSelector:
+    {{- range $key, $value := . }}
+    {{ toJson $key }}: {{ toJson $value }}
+    {{- end }}
+  {{- end }}
+  {{- with $v.tolerations }}
+  tolerations:
+  {{- range . }}
+  - {{ include "torchdag.toleration" . }}
+  {{- end }}
+  {{- end }}
+  podMetadata:
+    labels:
+      {{- range $key, $value := $plan.labels }}
+      {{ toJson $key }}: {{ toJson $value }}
+      {{- end }}
+    {{- with $v.annotations }}
+    annotations:
+      {{- range $key, $value := . }}
+      {{ toJson $key }}: {{ toJson $value }}
+      {{- end }}
+    {{- end }}
+  {{- with $plan.volumes }}
+  volumes:
+  {{- range . }}
+  - name: {{ toJson .name }}
+    {{- if .emptyDir }}
+    emptyDir:
+      medium: {{ toJson .emptyDir.medium }}
+      sizeLimit: {{ toJson .emptyDir.sizeLimit }}
+    {{- else if .hostPath }}
+    hostPath:
+      path: {{ toJson .hostPath.path }}
+      {{- if hasKey .hostPath "type" }}
+      type: {{ toJson .hostPath.type }}
+      {{- end }}
+    {{- else }}
+    persistentVolumeClaim:
+      claimName: {{ toJson .persistentVolumeClaim.claimName }}
+      {{- if .persistentVolumeClaim.readOnly }}
+      readOnly: true
+      {{- end }}
+    {{- end }}
+  {{- end }}
+  {{- end }}
+  templates:
+  - name: "train"
+    {{- with $plan.retry }}
+    retryStrategy:
+      limit: {{ toJson .limit }}
+      retryPolicy: {{ toJson .retryPolicy }}
+      backoff:
+        duration: {{ toJson .backoff.duration }}
+        factor: {{ toJson .backoff.factor }}
+    {{- end }}
+    dag:
+      failFast: true
+      tasks:
+      {{- $podGroup := and $plan.gang $plan.gang.manifest }}
+      {{- if $plan.gang }}
+      {{- if $podGroup }}
+      - name: "gang"
+        template: "gang"
+      {{- end }}
+      - name: "gang-watch"
+        template: "gang-watch"
+      {{- end }}
+      {{- range $plan.nodes }}
+      - name: {{ toJson .task }}
+        template: {{ toJson .shape.name }}
+        {{- if $podGroup }}
+        depends: "gang"
+        {{- end }}
+        arguments:
+          parameters:
+          {{- range .arguments }}
+          - name: {{ index . 0 | toJson }}
+            value: {{ index . 1 | toJson }}
+          {{- end }}
+      {{- end }}
+  {{- if and $plan.gang $plan.gang.manifest }}
+  # The job's one gang: created before any training pod, deleted with the Workflow.
+  - name: "gang"
+    resource:
+      action: "apply"
+      setOwnerReference: true
+      manifest: |
+        {{- range $plan.gang.manifest }}
+        {{ . }}
+        {{- end }}
+  {{- end }}
+  {{- with $plan.gang }}
+  # Stops the Workflow, naming the unplaced pods, if the gang is not placed in time.
+  - name: "gang-watch"
+    metadata:
+      labels:
+        "torchdag.io/role": "gang-watch"
+    container:
+      image: {{ toJson $v.image }}
+      imagePullPolicy: {{ toJson $v.imagePullPolicy }}
+      command:
+      {{- range .watch }}
+      - {{ toJson . }}
+      {{- end }}
+      env:
+      - name: "PYTHONUNBUFFERED"
+        value: "1"
+      resources:
+        requests:
+          "cpu": "50m"
+          "memory": "64Mi"
+      {{- include "torchdag.containerSecurity" $plan.security }}
+  {{- end }}
+  {{- range $shape := $plan.shapes }}
+  - name: {{ toJson $shape.name }}
+    {{- with $plan.gang }}
+    {{- with .schedulerName }}
+    schedulerName: {{ toJson . }}
+    {{- end }}
+    {{- end }}
+    inputs:
+      parameters:
+      {{- range $shape.parameters }}
+      - name: {{ toJson . }}
+      {{- end }}
+    metadata:
+      {{- if and $plan.gang $plan.gang.annotations }}
+      annotations:
+        {{- range $plan.gang.annotations }}
+        {{ index . 0 | toJson }}: {{ index . 1 | toJson }}
+        {{- end }}
+      {{- end }}
+      labels:
+        {{- if $plan.gang }}
+        {{- range $plan.gang.labels }}
+        {{ index . 0 | toJson }}: {{ index . 1 | toJson }}
+        {{- end }}
+        {{- end }}
+        "torchdag.io/node-rank": "{{`{{inputs.parameters.node-rank}}`}}"
+    affinity:
+      nodeAffinity:
+        requiredDuringSchedulingIgnoredDuringExecution:
+          nodeSelectorTerms:
+          - matchExpressions:
+            - key: "kubernetes.io/hostname"
+              operator: "In"
+              values:
+              - "{{`{{inputs.parameters.host}}`}}"
+    container:
+      image: {{ toJson $v.image }}
+      imagePullPolicy: {{ toJson $v.imagePullPolicy }}
+      {{- if $shape.setEnv }}
+      # Source CANN's environment, then exec the rest with its arguments untouched (no re-parsing).
+      {{- end }}
+      command:
+      {{- range $shape.command }}
+      - {{ toJson . }}
+      {{- end }}
+      args:
+      {{- range $shape.args }}
+      - {{ toJson . }}
+      {{- end }}
+      {{- with $v.workingDir }}
+      workingDir: {{ toJson . }}
+      {{- end }}
+      {{- include "torchdag.containerSecurity" $plan.security }}
+      env:
+      {{- range $shape.env }}
+      - name: {{ index . 0 | toJson }}
+        value: {{ index . 1 | toJson }}
+      {{- end }}
+      {{- with $shape.resources }}
+      resources:
+        {{- range $section := list "requests" "limits" }}
+        {{- with index $shape.resources $section }}
+        {{ $section }}:
+          {{- range $key, $value := . }}
+          {{ toJson $key }}: {{ toJson $value }}
+          {{- end }}
+        {{- end }}
+        {{- end }}
+      {{- end }}
+      {{- with $shape.mounts }}
+      volumeMounts:
+      {{- range . }}
+      - name: {{ toJson .name }}
+        mountPath: {{ toJson .mountPath }}
+        {{- if .readOnly }}
+        readOnly: true
+        {{- end }}
+      {{- end }}
+      {{- end }}
+  {{- end }}
+{{- end -}}
