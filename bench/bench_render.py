@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-SIZES = (2, 64, 1024)
+SIZES = (2, 64, 1024, 4096)  # 4,096 x 8: the largest job the schema allows
 DEVICES = 8
 ARGO_LIMIT = 1024 * 1024
 
@@ -51,6 +51,26 @@ def median_run(argv, repeat, stdout_path=None, output_file=None):
     rss = max(r[1] for r in runs)
     size = output_file.stat().st_size if output_file else runs[0][2]
     return seconds, rss, size
+
+
+def json_bytes(workflow_file: Path) -> int:
+    """What the API server stores (compact JSON), the measure of Argo's 1 MiB object limit."""
+    sys.path.insert(0, str(REPO))
+    from torchdag.render import check_documents, json_size
+
+    return sum(json_size(d) for d in check_documents(workflow_file.read_text(encoding="utf-8")))
+
+
+def many_args_line(args, tmp: Path) -> str:
+    """The chart used to be quadratic in the number of args (40,000 args: 18.6 s)."""
+    words = ", ".join(f'"--flag{i}=$x"' for i in range(40_000))
+    values = tmp / "many-args.yaml"
+    values.write_text(f"name: args\nimage: img:1\nscript: /t.py\nargs: [{words}]\nnodes: [{{name: n1}}, {{name: n2}}]\n")
+    py = median_run([sys.executable, "render.py", "-q", str(values)], args.repeat)[0]
+    line = f"40,000 script args: render.py {py:.3f} s"
+    if Path(args.helm).is_file():
+        line += f", helm template {median_run([args.helm, 'template', 'bench', 'chart', '-f', str(values)], args.repeat)[0]:.3f} s"
+    return line
 
 
 def in_process_seconds(values: Path, repeat: int) -> float:
@@ -93,15 +113,17 @@ def main() -> int:
             out = tmp / f"n{nodes}.workflow.yaml"
             r_sec, r_rss, r_size = median_run([sys.executable, "render.py", str(values), "-o", str(out)], args.repeat, output_file=out)
             warm = in_process_seconds(values, args.repeat)
-            row = {"nodes": nodes, "render_s": r_sec, "render_warm_s": warm, "render_mib": r_rss, "render_bytes": r_size}
+            row = {"nodes": nodes, "render_s": r_sec, "render_warm_s": warm, "render_mib": r_rss, "render_bytes": r_size,
+                   "json_bytes": json_bytes(out)}
             for name, command, _, _ in others:
                 measured = median_run(command(values, nodes), args.repeat, stdout_path=tmp / f"n{nodes}.{name}.out")
                 row.update(zip((f"{name}_s", f"{name}_mib", f"{name}_bytes"), measured))
             rows.append(row)
+        args_line = many_args_line(args, tmp)
 
     print(f"Render benchmark: N nodes x {DEVICES} Ascend 910, median of {args.repeat} runs, peak RSS of the process")
     print("render.py s = whole CLI process (interpreter start + imports + load/validate/plan/render/write); warm s = the pipeline alone\n")
-    header = f"{'nodes':>5} | {'render.py s':>11} {'warm s':>7} {'MiB':>5} {'bytes':>9} {'B/node':>6}"
+    header = f"{'nodes':>5} | {'render.py s':>11} {'warm s':>7} {'MiB':>5} {'bytes':>9} {'JSON B':>9} {'B/node':>6}"
     for name, _, ratio_header, _ in others:
         header += f" | {name + ' s':>8} {'MiB':>5} {'bytes':>9} {ratio_header:>10}"
     print(header)
@@ -109,14 +131,16 @@ def main() -> int:
     base = rows[0]["render_bytes"]
     for row in rows:
         per_node = (row["render_bytes"] - base) / (row["nodes"] - SIZES[0]) if row["nodes"] > SIZES[0] else 0
-        line = f"{row['nodes']:>5} | {row['render_s']:>11.3f} {row['render_warm_s']:>7.3f} {row['render_mib']:>5} {row['render_bytes']:>9} {per_node:>6.0f}"
+        line = (f"{row['nodes']:>5} | {row['render_s']:>11.3f} {row['render_warm_s']:>7.3f} {row['render_mib']:>5} {row['render_bytes']:>9}"
+                f" {row['json_bytes']:>9} {per_node:>6.0f}")
         for name, _, _, ratio in others:
             line += f" | {row[name + '_s']:>8.3f} {row[name + '_mib']:>5} {row[name + '_bytes']:>9} {ratio(row):>10.2f}"
         print(line)
     largest = rows[-1]
-    verdict = "under" if largest["render_bytes"] < ARGO_LIMIT else "OVER"
-    print(f"\n{largest['nodes']}-node Workflow: {largest['render_bytes']} bytes, {verdict} Argo's 1 MB limit "
-          f"(targets: <= 512 B per added node, <= 0.5 s warm pipeline)")
+    verdict = "under" if largest["json_bytes"] < ARGO_LIMIT else "OVER"
+    print(f"\n{largest['nodes']}-node x {DEVICES} Workflow: {largest['render_bytes']} bytes of YAML, {largest['json_bytes']} bytes as stored (JSON), "
+          f"{verdict} the {ARGO_LIMIT}-byte object limit; rendered in {largest['render_s']:.2f} s")
+    print(args_line)
     measured = {name for name, *_ in others}
     if "helm" not in measured:
         print("helm template: skipped (no chart/ or helm binary; run through `make bench`)")
