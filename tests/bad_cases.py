@@ -135,7 +135,7 @@ BAD_CASES = [
     _case("argo-braces-in-script", "script", "contains '{{'", _set("script", "/code/{{x}}.py")),
     _case("auto-backend-mixed-kinds", "backend", "backend: gloo", _all(_set("nodes.1.accelerator", "cpu"))),
     _case("hccl-with-cpu-node", "backend", "hccl needs Ascend nodes", _all(_set("backend", "hccl"), _set("nodes.2.accelerator", "cpu"))),
-    _case("nccl-with-ascend", "backend", "nccl needs nvidia nodes", _set("backend", "nccl")),
+    _case("nccl-with-ascend", "backend", "nccl needs GPU nodes (device cuda)", _set("backend", "nccl")),
     _case("unknown-backend", "backend", "is not one of", _set("backend", "mpi")),
     _case("reserved-env", "env.GLOO_SOCKET_IFNAME", "set by torchdag itself", _set("env", {"GLOO_SOCKET_IFNAME": "eth0"})),
     _case("env-bad-name", "env.MY-VAR", "is not an environment variable name", _set("env", {"MY-VAR": "1"})),

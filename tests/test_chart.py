@@ -257,7 +257,7 @@ def test_all_problems_are_reported_at_once(helm, tmp_path):
     path = values_file(tmp_path, "env: {RANK: '1', WORLD_SIZE: '2'}\nbackend: nccl\n")
     stderr = helm_template(helm, path).stderr
     assert "invalid values (3 problems)" in stderr
-    assert "env.RANK:" in stderr and "env.WORLD_SIZE:" in stderr and "backend: nccl needs nvidia nodes" in stderr
+    assert "env.RANK:" in stderr and "env.WORLD_SIZE:" in stderr and "backend: nccl needs GPU nodes (device cuda)" in stderr
 
 
 # --- optional RBAC ------------------------------------------------------------------------------

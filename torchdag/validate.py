@@ -173,7 +173,7 @@ def backend_problems(values: dict) -> list[Problem]:
     if backend == "nccl":
         for index, kind in kinds:
             if catalog.native_backend(kind) != "nccl":
-                return [Problem(("backend",), f"nccl needs nvidia nodes, but nodes[{index}] is {kind}; use backend: gloo to mix kinds")]
+                return [Problem(("backend",), f"nccl needs GPU nodes (device cuda), but nodes[{index}] is {kind}; use backend: gloo to mix kinds")]
     if backend != "hccl":
         return []
     for index, kind in kinds:

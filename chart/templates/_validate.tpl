@@ -86,7 +86,7 @@ Usage: include "torchdag.validate" (dict "root" $ "catalog" $catalog)
 {{- if and (eq $backend "auto") (gt (len $distinct) 1) -}}
 {{- $backendProblem = printf "auto cannot pick one backend for nodes of different accelerator kinds (%s): hccl and nccl cannot span them; set backend: gloo to train across them" (join ", " $distinct) -}}
 {{- else if and (eq $backend "nccl") (ge $notNccl 0) -}}
-{{- $backendProblem = printf "nccl needs nvidia nodes, but nodes[%d] is %s; use backend: gloo to mix kinds" $notNccl ((index $v.nodes $notNccl).accelerator | default "cpu") -}}
+{{- $backendProblem = printf "nccl needs GPU nodes (device cuda), but nodes[%d] is %s; use backend: gloo to mix kinds" $notNccl ((index $v.nodes $notNccl).accelerator | default "cpu") -}}
 {{- else if eq $backend "hccl" -}}
 {{- if ge $notAscend 0 -}}
 {{- $backendProblem = printf "hccl needs Ascend nodes, but nodes[%d] is %s; use backend: gloo to mix kinds" $notAscend ((index $v.nodes $notAscend).accelerator | default "cpu") -}}

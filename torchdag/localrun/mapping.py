@@ -74,12 +74,15 @@ def map_nic_list(value: str, nic: str) -> str:
 def device_of(env: dict[str, str], container: dict) -> str:
     if env.get("TORCHDAG_DEVICE") in ("cpu", "cuda", "npu"):
         return env["TORCHDAG_DEVICE"]
+    # A Workflow torchdag did not write: the resource limit names the device (catalogue).
+    from ..catalog import accelerator, accelerator_kinds
+
     limits = ((container.get("resources") or {}).get("limits") or {})
-    if "nvidia.com/gpu" in limits:
-        return "cuda"
-    if any(k.startswith("huawei.com/") for k in limits):
-        return "npu"
-    return "cpu"
+    for kind in accelerator_kinds():
+        entry = accelerator(kind)
+        if entry["resource"] and entry["resource"] in limits:
+            return entry["device"]
+    return "npu" if any(k.startswith("huawei.com/") for k in limits) else "cpu"
 
 
 def nproc(argv: list[str]) -> int:
