@@ -11,7 +11,7 @@ REPO = Path(__file__).resolve().parent.parent
 CHART = REPO / "chart"
 RELEASE = "t"
 ARGO_KINDS = ("Workflow", "WorkflowTemplate")
-# Every values file render.py's golden tests cover (tests/cases/ may still be empty).
+# Every values file render.py's golden tests cover, and chart-testing's values files.
 VALUES_FILES = (sorted((REPO / "examples").glob("*.yaml")) + sorted((REPO / "tests" / "cases").glob("*.yaml"))
                 + sorted((CHART / "ci").glob("*-values.yaml")))  # chart-testing's values files
 

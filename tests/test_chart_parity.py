@@ -77,10 +77,11 @@ resources = st.fixed_dictionaries({}, optional={"requests": cpu_memory, "limits"
 ACCELERATORS = ["ascend310p", "ascend310", "ascend910", "nvidia", "cpu"]
 
 
-# Sections (objects whose keys have defaults). Their keys may be null, but not the section
-# itself: render.py fails on `preflight: null` (see test_section_set_to_null_renders_the_same).
+# Sections (objects whose keys have defaults). Both renderers refuse a null section (see
+# test_null_without_meaning_is_refused_by_both), so the strategy never draws one.
 SECTIONS = ("launcher", "timeouts", "workflow", "ascend", "preflight", "rbac", "scheduling", "failurePolicy", "containerSecurity")
-# Keys whose absence means "off" (schema x-null): a null there is valid and deletes the default.
+# Keys whose absence means "off" (schema x-null): a null there is valid and deletes the default
+# (failurePolicy's maxRestarts is not one: its strategy draws no null).
 NULLABLE = {"rendezvous", "processGroup", "hcclConnect", "workflowDeadline", "ttlSecondsAfterFinished", "maxRestarts"}
 
 

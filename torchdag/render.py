@@ -28,9 +28,9 @@ def _environment() -> jinja2.Environment:
         trim_blocks=True,
         lstrip_blocks=True,
         keep_trailing_newline=True,
-        autoescape=False,  # YAML, not HTML: quoting is done by the q filter
+        autoescape=False,  # YAML, not HTML: quoting is done by the tojson filter
     )
-    env.filters.update(q=quote, tojson=quote, sorted_items=sorted_items, toleration=toleration)
+    env.filters.update(tojson=quote, sorted_items=sorted_items, toleration=toleration)
     return env
 
 
