@@ -429,3 +429,20 @@ def test_a_workflow_over_the_object_limit_is_refused_by_both(helm, tmp_path):
         build(path)
     result = subprocess.run([helm, "template", "t", str(REPO / "chart"), "-f", str(path)], capture_output=True, text=True, timeout=300)
     assert result.returncode != 0 and "over the 1048576-byte limit of one Kubernetes object" in result.stderr
+
+
+def test_resource_names_are_overridable_per_kind(helm, tmp_path):
+    """HAMi and per-model device plugins name the resource otherwise (issue 9)."""
+    values = tmp_path / "v.yaml"
+    values.write_text((REPO / "examples" / "ascend910-4x8.yaml").read_text()
+                      + "resourceNames: {ascend910: huawei.com/Ascend910B3}\nscheduling: {gang: volcano}\n")
+    doc = render_doc(values)
+    for name, pod in task_pods(doc).items():
+        if name.startswith("node-"):
+            limits = pod["spec"]["containers"][0]["resources"]["limits"]
+            assert limits["huawei.com/Ascend910B3"] == "8" and "huawei.com/Ascend910" not in limits
+    manifest = next(t for t in doc["spec"]["templates"] if t["name"] == "gang")["resource"]["manifest"]
+    assert yaml.safe_load(manifest)["spec"]["minResources"] == {"huawei.com/Ascend910B3": "32"}
+    values.write_text((REPO / "examples" / "cpu.yaml").read_text() + "resourceNames: {ascend: huawei.com/npu}\n")
+    with pytest.raises(ValuesError, match=r"resourceNames\['ascend'\]|resourceNames.ascend"):
+        build(values)
