@@ -154,4 +154,28 @@ BAD_CASES = [
           _set("volumes", [{"name": "data", "mountPath": "data", "hostPath": {"path": "/d"}}])),
     _case("launcher-typo", "launcher.maxRestart", "did you mean 'maxRestarts'", _set("launcher", {"maxRestart": 2})),
     _case("preflight-empty-command", "preflight.command", "at least 1 item", _set("preflight", {"command": []})),
+    # Issue 9: HCCL rules per card (catalogue `hccl`), driver mount clashes, /dev/shm in any spelling
+    _case("hccl-across-310p-nodes", "backend", "hccl on ascend310p works within one server only", _set("backend", "hccl")),
+    _case("hccl-on-310", "backend", "ascend310 has no HCCL collectives",
+          _all(_set("backend", "hccl"), *[_set(f"nodes.{i}.accelerator", "ascend310") for i in range(3)])),
+    _case("hccl-on-one-310p-without-duo", "backend", "needs Atlas 300I Duo cards; set ascend.duoCard: true",
+          _all(_set("backend", "hccl"), _set("nodes", [{"name": "n1", "accelerator": "ascend310p"}]))),
+    _case("hccl-across-ascend-kinds", "backend", "hccl cannot span different Ascend kinds",
+          _all(_set("backend", "hccl"), _set("nodes.1.accelerator", "ascend910"))),
+    _case("volume-on-a-driver-mount", "volumes[0].mountPath", "set ascend.mountDriver: false",
+          _set("volumes", [{"name": "drv", "mountPath": "/usr/local/Ascend/driver/lib64/", "hostPath": {"path": "/opt/drv"}}])),
+    _case("volume-on-dev-shm-spelled-otherwise", "volumes[0].mountPath", "is /dev/shm, which torchdag mounts",
+          _set("volumes", [{"name": "shm", "mountPath": "//dev/./shm/", "hostPath": {"path": "/tmp"}}])),
+    # Issue 8: launcher flags torchdag plans, its own label prefix, gang and token rules
+    _case("extra-args-override-node-rank", "launcher.extraArgs[1]", "sets a launcher flag torchdag plans itself",
+          _set("launcher", {"extraArgs": ["--monitor_interval=1", "--node-rank=0"]})),
+    _case("label-in-torchdag-prefix", "labels['torchdag.io/job']", "the torchdag.io/ prefix is torchdag's own",
+          _set("labels", {"torchdag.io/job": "other"})),
+    _case("reserved-env-autoload", "env.TORCH_DEVICE_BACKEND_AUTOLOAD", "is set by torchdag itself",
+          _set("env", {"TORCH_DEVICE_BACKEND_AUTOLOAD": "1"})),
+    # written as a double-quoted escape: a raw NEL would be read as a line break by both
+    _raw("control-character", "args[0]", "contains a control character", "- --type", '- "a\\x85b"'),
+    _raw("delete-character", "env.NOTE", "contains a control character", "port: 25195", 'port: 25195\nenv: {NOTE: "x\\x7f"}'),
+    _case("arg-over-linux-limit", "args[0]", "Linux refuses a single argument over 131071 bytes", _set("args", ["x" * 140000])),
+    _case("kueue-without-queue", "scheduling.queue", "must name the Kueue LocalQueue", _set("scheduling", {"gang": "kueue"})),
 ]
