@@ -11,7 +11,6 @@ chart/templates/_plan.tpl) only print them.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 from .catalog import accelerator, catalog, hccl_exec_timeout, is_ipv4, resource_name
 from .jobparts import container_security, gang, retry_strategy, volumes
