@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import glob
 import importlib.util
 import os
 import signal
@@ -14,17 +13,14 @@ from pathlib import Path
 import pytest
 import torch
 
-from trainer_helpers import (ROOT, TRAIN, children, clean_env, free_port, kill_node, output, read_json, reap,
-                             signal_node, start, torchrun_cmd, wait_all)
+from trainer_helpers import (JOB_TIMEOUT, ROOT, TRAIN, children, clean_env, free_port, kill_node, output, output_of,
+                             read_json, reap, run_nodes, signal_node, start, torchrun_cmd, wait_all)
 
 sys.path.insert(0, str(ROOT))
 
 from trainer import checkpoint  # noqa: E402
 from trainer.config import LaunchError, ranks_from_env  # noqa: E402
 from trainer.device import DeviceError, resolve  # noqa: E402
-
-JOB_TIMEOUT = 120  # a wedged job fails the test instead of hanging CI
-
 
 def load_params(prefix: Path, world: int) -> list[dict]:
     return [torch.load(f"{prefix}.rank{r}", weights_only=True) for r in range(world)]
@@ -42,13 +38,7 @@ def assert_same_params(params: list[dict], atol: float = 0.0) -> None:
 
 def run_two_nodes(tmp: Path, train_args: list[str], nproc: int = 2, launcher_args=(), legacy=False,
                   env=None) -> list[int]:
-    port = free_port()
-    procs = [start(torchrun_cmd(n, 2, nproc, port, train_args, launcher_args, legacy), tmp / f"node{n}.log", env)
-             for n in range(2)]
-    try:
-        return wait_all(procs, JOB_TIMEOUT)
-    finally:
-        reap(*procs)
+    return run_nodes(tmp, train_args, 2, nproc, launcher_args, legacy, env)
 
 
 # ------------------------------------------------------------ multi-node runs
@@ -68,10 +58,6 @@ def test_two_nodes_two_procs_learn_and_agree(tmp_path, legacy):
     assert m["final_loss"] <= m["first_loss"] / 2, m
     assert m["samples_per_second"] > 0
     assert_same_params(load_params(params, 4))
-
-
-def output_of(tmp: Path) -> str:
-    return "\n".join(Path(p).read_text(errors="replace")[-4000:] for p in sorted(glob.glob(str(tmp / "*.log"))))
 
 
 def test_worker_killed_restarts_and_resumes_exactly(tmp_path):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import glob
 import json
 import os
 import signal
@@ -126,3 +127,81 @@ def wait_all(procs, timeout: float) -> list[int]:
 
 def read_json(path: Path) -> dict:
     return json.loads(Path(path).read_text())
+
+
+JOB_TIMEOUT = 120  # a wedged job fails the test instead of hanging CI
+
+
+def output_of(tmp: Path) -> str:
+    """The tail of every *.log under tmp (what a failing assertion shows)."""
+    return "\n".join(Path(p).read_text(errors="replace")[-4000:] for p in sorted(glob.glob(str(tmp / "*.log"))))
+
+
+def start_nodes(tmp: Path, nnodes: int, nproc: int, train_args: list[str], launcher_args=(), legacy=False,
+                env=None, node_env=None) -> list:
+    """nnodes torchrun agents on one free port, logs in tmp/node<N>.log.
+    node_env(n) -> dict adds per-node variables to env (or clean_env())."""
+    port = free_port()
+    procs = []
+    try:
+        for n in range(nnodes):
+            e = dict(env or clean_env())
+            if node_env is not None:
+                e.update(node_env(n))
+            procs.append(start(torchrun_cmd(n, nnodes, nproc, port, train_args, launcher_args, legacy),
+                               tmp / f"node{n}.log", e))
+    except BaseException:
+        reap(*procs)
+        raise
+    return procs
+
+
+def run_nodes(tmp: Path, train_args: list[str], nnodes: int = 2, nproc: int = 2, launcher_args=(), legacy=False,
+              env=None, node_env=None) -> list[int]:
+    """Start nnodes torchrun agents and wait for all of them; their exit statuses."""
+    procs = start_nodes(tmp, nnodes, nproc, train_args, launcher_args, legacy, env, node_env)
+    try:
+        return wait_all(procs, JOB_TIMEOUT)
+    finally:
+        reap(*procs)
+
+
+def alive(pids) -> list[int]:
+    """The pids that still exist and are not zombies."""
+    left = []
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                state = f.read().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if state != "Z":
+            left.append(pid)
+    return left
+
+
+def start_ranks(tmp: Path, train_args: list[str], world: int = 1, env=None) -> list:
+    """One "node" of `world` trainer processes started directly with the
+    launcher's variables set (no torchrun agent: half the processes, and the
+    ranks' own exit statuses); logs in tmp/rank<R>.log."""
+    port = free_port()
+    procs = []
+    try:
+        for r in range(world):
+            e = dict(env or clean_env())
+            e.update(RANK=str(r), LOCAL_RANK=str(r), WORLD_SIZE=str(world), LOCAL_WORLD_SIZE=str(world),
+                     GROUP_RANK="0", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+            procs.append(start([sys.executable, str(TRAIN), *train_args], tmp / f"rank{r}.log", e))
+    except BaseException:
+        reap(*procs)
+        raise
+    return procs
+
+
+def run_ranks(tmp: Path, train_args: list[str], world: int = 1, env=None) -> list[int]:
+    """start_ranks and wait for them; their exit statuses."""
+    procs = start_ranks(tmp, train_args, world, env)
+    try:
+        return wait_all(procs, JOB_TIMEOUT)
+    finally:
+        reap(*procs)

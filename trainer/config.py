@@ -8,9 +8,21 @@ import os
 
 DEFAULT_PG_TIMEOUT_S = 600  # when TORCHDAG_PG_TIMEOUT is unset (gloo's own default is 30 min)
 
+# Exit statuses of a rank (docs/trainer.md, "Exit status").
+EXIT_OK = 0
+EXIT_FAILED = 1  # training failure: the rank printed its traceback
+EXIT_USAGE = 2  # usage or environment error, or no readable checkpoint: one "[trainer] error:" line
+EXIT_PREEMPTED = 75  # EX_TEMPFAIL: stopped by SIGTERM/SIGINT/SIGHUP at an agreed step, checkpoint saved
+
+NODE_RANK_FIELD = "{node_rank}"  # expanded in --checkpoint-dir from torchrun's GROUP_RANK
+
 
 class LaunchError(RuntimeError):
     """The launcher environment is missing or inconsistent."""
+
+
+class CheckpointError(LaunchError):
+    """Checkpoints exist but none can be read (exit 2 unless --ignore-bad-checkpoints)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -39,6 +51,9 @@ class Config:
     checkpoint_dir: str | None = None
     checkpoint_every: int = 0
     keep_checkpoints: int = 3
+    checkpoint_storage: str = "shared"
+    ignore_bad_checkpoints: bool = False
+    restart: int = 0  # TORCHDAG_RESTART: whole-job restart count (0 on the first attempt)
     device: str | None = None
     backend: str | None = None
     pg_timeout: int = DEFAULT_PG_TIMEOUT_S
@@ -91,10 +106,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--metrics-file", default=None, help="rank 0 writes JSON metrics here at the end")
     p.add_argument("--params-file", default=None,
                    help="every rank writes its final parameters to PATH.rank<R> (torch.save)")
-    p.add_argument("--checkpoint-dir", default=None)
+    p.add_argument("--checkpoint-dir", default=None,
+                   help="enable checkpoints and resume; {node_rank} is replaced by the node's rank (GROUP_RANK)")
     p.add_argument("--checkpoint-every", type=_non_negative_int, default=0,
-                   help="rank 0 checkpoints every K steps (0: only at the end)")
-    p.add_argument("--keep-checkpoints", type=_positive(int), default=3)
+                   help="checkpoint every K steps (0: only at the end, and on SIGTERM)")
+    p.add_argument("--keep-checkpoints", type=_positive(int), default=3,
+                   help="newest readable checkpoints kept per directory")
+    p.add_argument("--checkpoint-storage", choices=("shared", "node-local"), default="shared",
+                   help="shared: global rank 0 writes; node-local: every node's local rank 0 writes its own copy")
+    p.add_argument("--ignore-bad-checkpoints", action="store_true",
+                   help="start at step 0 when checkpoints exist but none is readable (default: exit 2)")
     p.add_argument("--device", choices=("npu", "cuda", "cpu"), default=None,
                    help="overrides TORCHDAG_DEVICE and auto-detection")
     p.add_argument("--backend", choices=("hccl", "nccl", "gloo"), default=None,
@@ -120,6 +141,7 @@ def parse_config(argv: list[str] | None = None, env: dict[str, str] | None = Non
     values = vars(ns)
     if values["pg_timeout"] is None:
         values["pg_timeout"] = pg_timeout_from_env(env)
+    values["restart"] = restart_from_env(env)
     if values["max_steps"] is None and values["epochs"] is None:
         values["epochs"] = 1
     return Config(**values)
@@ -136,6 +158,47 @@ def pg_timeout_from_env(env) -> int:
     if value <= 0:
         raise LaunchError(f"TORCHDAG_PG_TIMEOUT must be > 0, got {value}")
     return value
+
+
+def restart_from_env(env) -> int:
+    """TORCHDAG_RESTART: the rendered Workflow's whole-job attempt (0 first, 1.. on retries); absent = 0."""
+    raw = env.get("TORCHDAG_RESTART", "").strip()
+    if not raw:
+        return 0
+    try:
+        value = int(raw)
+    except ValueError:
+        raise LaunchError(f"TORCHDAG_RESTART must be a non-negative integer, got {raw!r}") from None
+    if value < 0:
+        raise LaunchError(f"TORCHDAG_RESTART must be >= 0, got {value}")
+    return value
+
+
+def node_rank_from_env(env=None) -> int | None:
+    """torchrun's GROUP_RANK (the node rank), or None when it is not set."""
+    env = os.environ if env is None else env
+    raw = env.get("GROUP_RANK", "").strip()
+    if not raw:
+        return None
+    try:
+        value = int(raw)
+    except ValueError:
+        raise LaunchError(f"GROUP_RANK must be an integer, got {raw!r}") from None
+    if value < 0:
+        raise LaunchError(f"GROUP_RANK must be >= 0, got {value}")
+    return value
+
+
+def expand_checkpoint_dir(template: str, env=None) -> str:
+    """--checkpoint-dir with {node_rank} replaced by this node's rank, so that
+    nodes sharing one filesystem (or one test machine) get directories of their own."""
+    if NODE_RANK_FIELD not in template:
+        return template
+    node = node_rank_from_env(env)
+    if node is None:
+        raise LaunchError(f"--checkpoint-dir {template!r} uses {NODE_RANK_FIELD} but GROUP_RANK is not set "
+                          "(torchrun sets it to the node rank)")
+    return template.replace(NODE_RANK_FIELD, str(node))
 
 
 def ranks_from_env(env: dict[str, str] | None = None, local_rank_arg: int | None = None) -> Ranks:

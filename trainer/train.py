@@ -31,6 +31,7 @@ os.environ.setdefault("TORCH_DEVICE_BACKEND_AUTOLOAD", "0")
 
 import datetime  # noqa: E402
 import json  # noqa: E402
+import signal  # noqa: E402
 import time  # noqa: E402
 import traceback  # noqa: E402
 
@@ -40,9 +41,155 @@ from torch.nn.parallel import DistributedDataParallel as DDP  # noqa: E402
 from torch.utils.data import Dataset, DistributedSampler  # noqa: E402
 
 from trainer import checkpoint, scatter_reduce  # noqa: E402
-from trainer.config import Config, LaunchError, Ranks, parse_config, ranks_from_env  # noqa: E402
+from trainer.config import (EXIT_FAILED, EXIT_OK, EXIT_PREEMPTED, EXIT_USAGE, CheckpointError,  # noqa: E402
+                            Config, LaunchError, Ranks, expand_checkpoint_dir, node_rank_from_env, parse_config,
+                            ranks_from_env)
 from trainer.device import DeviceError, Placement, resolve  # noqa: E402
 from trainer.mixed import CpuBucketGradSync  # noqa: E402
+
+
+# torchrun forwards the signal it gets (SIGTERM from Kubernetes or Argo, SIGINT
+# from a terminal, SIGHUP) to every worker's process group, then SIGKILLs the
+# workers after its --shutdown-timeout (TORCH_ELASTIC_SHUTDOWN_TIMEOUT, 30 s).
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+
+
+class StopRequest:
+    """Records the first stop signal this rank receives while it trains.
+
+    The handler only sets a number; StopAgreement sums "got one" over all
+    ranks once per step, so every rank -- also those on nodes that got no
+    signal -- learns of the request at the same step boundary, and all of
+    them save that step and exit with EXIT_PREEMPTED together. Outside the
+    training loop the default action applies (a rank stuck before its first
+    step has no progress to save and should not outlive its grace period)."""
+
+    def __init__(self):
+        self.signum = 0
+        self.agreed = False  # set by the loop: the handlers then stay until the process exits
+        self._previous: dict = {}
+
+    def _handler(self, signum, frame):  # noqa: ARG002 - signal handler signature
+        if not self.signum:
+            self.signum = signum
+
+    def __enter__(self):
+        for sig in STOP_SIGNALS:
+            try:
+                self._previous[sig] = signal.signal(sig, self._handler)
+            except ValueError:  # not the main thread (library use): no graceful stop
+                break
+        return self
+
+    def __exit__(self, *exc):
+        if self.agreed:
+            # torchrun may still forward a signal while this rank writes its
+            # metrics and leaves; it must not turn exit 75 into a kill.
+            return
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
+        self._previous.clear()
+
+
+class StopFlagCarrier(torch.nn.Module):
+    """The model plus one 1-element parameter, ``stop_flag``, whose gradient
+    says whether this rank received a stop signal, so that DDP (or the CPU
+    buckets) averages it with the real gradients, in the same all-reduce.
+
+    ``stop_flag`` stays 0 (no optimizer sees it), so ``loss + term()`` is the
+    loss exactly, while the gradient of ``term()`` with respect to
+    ``stop_flag`` is 1 on a signalled rank and 0 elsewhere. Only the inner
+    model is saved."""
+
+    def __init__(self, model: torch.nn.Module, device: torch.device):
+        super().__init__()
+        self.model = model
+        self.stop_flag = torch.nn.Parameter(torch.zeros(1, device=device))
+        # Plain attributes, not buffers: DDP would broadcast buffers every step.
+        self._values = (torch.zeros(1, device=device), torch.ones(1, device=device))
+
+    def forward(self, x):
+        return self.model(x)
+
+    def term(self, signalled: bool) -> torch.Tensor:
+        return torch.dot(self.stop_flag, self._values[signalled])
+
+
+class StopAgreement:
+    """Once per step, every rank learns how many ranks had received a stop signal.
+
+    gloo (DDP or cpu-buckets): the count rides in the gradient all-reduce
+    (StopFlagCarrier); measured here, a separate 4-byte all-reduce per step
+    cost SimpleNet 20-45 % more CPU per step, the carrier a few %.
+    nccl/hccl: one small asynchronous all-reduce over the job's gloo group,
+    started after backward and awaited after the optimizer step -- CPU
+    tensors, so no device synchronisation per step."""
+
+    def __init__(self, request: StopRequest, group, world_size: int, carrier: StopFlagCarrier | None = None):
+        self.request, self.group, self.world_size, self.carrier = request, group, world_size, carrier
+        self._count: torch.Tensor | None = None
+        self._work = None
+
+    def loss(self, loss: torch.Tensor) -> torch.Tensor:
+        """The loss to call backward() on."""
+        if self.carrier is None:
+            return loss
+        return loss + self.carrier.term(bool(self.request.signum))
+
+    def start(self) -> None:
+        """After backward (and the gradient exchange), before the optimizer step."""
+        if self.carrier is None:
+            self._count = torch.tensor([1 if self.request.signum else 0], dtype=torch.int32)
+            self._work = dist.all_reduce(self._count, group=self.group, async_op=True)
+
+    def result(self) -> int:
+        """How many ranks had received a stop signal: the same number on every rank."""
+        if self.carrier is not None:
+            flag = self.carrier.stop_flag
+            mean = float(flag.grad.item())  # averaged over the ranks like every gradient
+            flag.grad = None  # not in the optimizer, so nobody else clears it
+            return round(mean * self.world_size)
+        self._work.wait()
+        return int(self._count.item())
+
+
+def stop_agent_restarts(log) -> None:
+    """Stop this node's torchrun from restarting its workers after a preemption.
+
+    A worker's exit 75 is a failure to torchrun: with --max-restarts left,
+    an agent whose node got no signal would start new workers, and they would
+    wait in init_process_group for peers that are gone (measured: still
+    waiting 120 s later). A preempted job must be restarted as a whole, so
+    local rank 0 sends its own agent SIGTERM: the agent forwards it to its
+    workers (who are already stopping and ignore it), waits for them and
+    exits instead of restarting. Only done when the parent really is a
+    torchelastic agent with restarts left."""
+    try:
+        left = int(os.environ.get("TORCHELASTIC_MAX_RESTARTS", "0")) - int(
+            os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
+    except ValueError:
+        return
+    if left <= 0:
+        return
+    agent = os.getppid()
+    try:
+        with open(f"/proc/{agent}/cmdline", "rb") as f:
+            argv = f.read().split(b"\0")
+    except OSError:
+        return
+    launchers = (b"torchrun", b"torch.distributed.run", b"torch.distributed.launch")
+    if not any(name in arg for arg in argv[:3] for name in launchers):
+        return
+    log(f"asking torchrun (pid {agent}) to stop rather than restart workers ({left} restarts left): "
+        "the job was preempted")
+    os.kill(agent, signal.SIGTERM)
+
+
+def signal_name(signum: int) -> str:
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"
 
 
 class SimpleNet(torch.nn.Module):
@@ -83,10 +230,25 @@ class Trainer:
         self.rank = ranks.rank
         # gloo collectives take CPU tensors; hccl/nccl take device tensors.
         self.comm_device = place.device if place.backend in ("hccl", "nccl") else torch.device("cpu")
+        self.node_rank = node_rank_from_env()
+        self.ckpt_dir = expand_checkpoint_dir(cfg.checkpoint_dir) if cfg.checkpoint_dir else None
+        # Who writes checkpoints (and reads them on resume): global rank 0, or
+        # with node-local storage every node's local rank 0, into its own directory.
+        self.ckpt_writer = ranks.local_rank == 0 if cfg.checkpoint_storage == "node-local" else ranks.rank == 0
+        # Small CPU-side collectives (stop flag, RNG states, checkpoint
+        # broadcast) go over gloo: the default group when the job runs gloo,
+        # else a gloo group made in run_example (no device syncs for them).
+        self.cpu_group = None
 
     def log(self, msg: str) -> None:
         if self.rank == 0:
             print(f"[trainer] {msg}", flush=True)
+
+    def node_log(self, msg: str) -> None:
+        """Once per node (local rank 0), with the node rank."""
+        if self.ranks.local_rank == 0:
+            node = "?" if self.node_rank is None else self.node_rank
+            print(f"[trainer] node {node}: {msg}", flush=True)
 
     def _global_mean(self, value: torch.Tensor) -> float:
         t = value.detach().reshape(1).to(self.comm_device, dtype=torch.float32)
@@ -136,59 +298,88 @@ class Trainer:
         opt = torch.optim.SGD(model.parameters(), lr=cfg.lr, momentum=cfg.momentum)
         loss_fn = torch.nn.MSELoss()
 
+        if self.place.backend != "gloo":
+            self.cpu_group = dist.new_group(backend="gloo")  # every rank, same order
         step, first_loss, resumed_from = 0, None, None
-        if cfg.checkpoint_dir:
+        if self.ckpt_dir:
             step, first_loss, resumed_from = self._resume(model, opt)
         mode = self._choose_grad_sync()
+        stop = StopRequest()
+        # Over gloo the stop flag rides in the gradient all-reduce (see StopAgreement).
+        carrier = StopFlagCarrier(model, dev) if self.place.backend == "gloo" else None
         if mode == "ddp":
             # DDP broadcasts rank 0's weights on construction.
-            net = DDP(model, device_ids=[dev] if dev.type != "cpu" else None)
+            net = DDP(carrier or model, device_ids=[dev] if dev.type != "cpu" else None)
             grad_sync = None
         else:
-            net = model
-            grad_sync = CpuBucketGradSync(model, dev, cfg.bucket_mb)
+            net = carrier or model
+            grad_sync = CpuBucketGradSync(net, dev, cfg.bucket_mb)
             grad_sync.broadcast_parameters(src=0)
+        agreement = StopAgreement(stop, self.cpu_group, ranks.world_size, carrier)
 
         self.log(f"training: world_size {ranks.world_size}, backend {self.place.backend}, device {dev} "
-                 f"({self.place.source}), {steps_per_epoch} steps/epoch, steps {step}->{total}"
+                 f"({self.place.source}), {steps_per_epoch} steps/epoch, steps {step}->{total}, "
+                 f"restart {cfg.restart}"
                  + (f", parameter {cfg.parameter!r}" if cfg.parameter is not None else ""))
         final_loss = None
         start_step = step
+        stopping = 0  # agreed: how many ranks received a stop signal (0: none)
         t0 = time.perf_counter()
         epoch, skip = divmod(step, steps_per_epoch)
-        while step < total:
-            sampler.set_epoch(epoch)  # same shuffle on every rank, new each epoch
-            order = torch.tensor(list(iter(sampler)), dtype=torch.long, device=dev)
-            for b in range(skip, steps_per_epoch):
-                if step >= total:
-                    break
-                idx = order[b * cfg.batch_size:(b + 1) * cfg.batch_size]
-                x, y = x_all[idx], y_all[idx]
-                opt.zero_grad(set_to_none=True)
-                loss = loss_fn(net(x), y)
-                loss.backward()
-                if grad_sync is not None:
-                    grad_sync.sync()
-                opt.step()
-                step += 1
-                # Every rank knows these step numbers, so the loss all-reduce
-                # is a collective they all join; other steps pay no extra sync.
-                last = step == total
-                if step == start_step + 1 or last or (cfg.log_every and step % cfg.log_every == 0):
-                    mean = self._global_mean(loss)
-                    if first_loss is None:
-                        first_loss = mean
-                    if last:
-                        final_loss = mean
-                    rate = (step - start_step) * cfg.batch_size * ranks.world_size / (time.perf_counter() - t0)
-                    self.log(f"step {step}/{total} loss {mean:.6f} samples/s {rate:.0f}")
-                if cfg.checkpoint_dir and (last or (cfg.checkpoint_every and step % cfg.checkpoint_every == 0)):
-                    self._save(model, opt, step, first_loss)
-            epoch, skip = epoch + 1, 0
-        elapsed = time.perf_counter() - t0
-        done = step - start_step
+        with stop:
+            while step < total and not stopping:
+                sampler.set_epoch(epoch)  # same shuffle on every rank, new each epoch
+                order = torch.tensor(list(iter(sampler)), dtype=torch.long, device=dev)
+                for b in range(skip, steps_per_epoch):
+                    if step >= total or stopping:
+                        break
+                    idx = order[b * cfg.batch_size:(b + 1) * cfg.batch_size]
+                    x, y = x_all[idx], y_all[idx]
+                    opt.zero_grad(set_to_none=True)
+                    loss = loss_fn(net(x), y)
+                    agreement.loss(loss).backward()
+                    if grad_sync is not None:
+                        grad_sync.sync()
+                    # A signal that any rank received before its backward
+                    # (gloo: the flag rides in the gradients) or before its
+                    # optimizer step (nccl/hccl) stops every rank, on every
+                    # node, after this step.
+                    agreement.start()
+                    opt.step()
+                    step += 1
+                    last = step == total
+                    agreed = agreement.result()
+                    stopping = 0 if last else agreed  # the last step ends the run anyway
+                    if stopping:
+                        stop.agreed = True
+                        signalled_here = stop.signum
+                    # Every rank knows these step numbers, so the loss all-reduce
+                    # is a collective they all join.
+                    if step == start_step + 1 or last or (cfg.log_every and step % cfg.log_every == 0):
+                        mean = self._global_mean(loss)
+                        if first_loss is None:
+                            first_loss = mean
+                        if last:
+                            final_loss = mean
+                        rate = (step - start_step) * cfg.batch_size * ranks.world_size / (time.perf_counter() - t0)
+                        self.log(f"step {step}/{total} loss {mean:.6f} samples/s {rate:.0f}")
+                    if self.ckpt_dir and (last or stopping
+                                          or (cfg.checkpoint_every and step % cfg.checkpoint_every == 0)):
+                        self._save(model, opt, step, first_loss)
+                epoch, skip = epoch + 1, 0
+            elapsed = time.perf_counter() - t0
+            done = step - start_step
+            if stopping:
+                # No rank leaves before every writer has its file on disk.
+                dist.barrier(group=self.cpu_group)
+                if not signalled_here and self.ranks.local_rank == 0:
+                    stop_agent_restarts(self.node_log)  # a node that got no signal
+                here = f"{signal_name(signalled_here)} received here" if signalled_here else "signal received elsewhere"
+                self.node_log(f"stopped at step {step}/{total} ({here}); "
+                              + ("checkpoint saved" if self.ckpt_dir else "no --checkpoint-dir, nothing saved")
+                              + f"; exit {EXIT_PREEMPTED}")
 
-        if cfg.params_file:
+        if cfg.params_file and not stopping:
             torch.save({k: v.detach().cpu() for k, v in model.state_dict().items()},
                        f"{cfg.params_file}.rank{ranks.rank}")
         metrics = {
@@ -200,6 +391,9 @@ class Trainer:
             "steps": step,
             "steps_this_run": done,
             "resumed_from_step": resumed_from,
+            "restart": cfg.restart,
+            "preempted": bool(stopping),
+            "signalled_ranks": stopping,
             "first_loss": first_loss,
             "final_loss": final_loss,
             "batch_size": cfg.batch_size,
@@ -211,19 +405,77 @@ class Trainer:
         if grad_sync is not None and grad_sync.calls:
             metrics["grad_sync_seconds_per_step"] = grad_sync.seconds / grad_sync.calls
         self._write_metrics(metrics)
+        if stopping:
+            self.log(f"preempted at step {step}/{total} (a stop signal reached {stopping} of "
+                     f"{ranks.world_size} ranks)"
+                     + (f", checkpoint {checkpoint.path_for(self.ckpt_dir, step)}" if self.ckpt_dir else "")
+                     + f"; exit {EXIT_PREEMPTED}")
+            return EXIT_PREEMPTED
         self.log(f"done: {step} steps, loss {first_loss} -> {final_loss}")
-        return 0
+        return EXIT_OK
 
     def _resume(self, model, opt):
-        """Rank 0 loads the newest complete checkpoint and broadcasts it, so
-        the checkpoint directory need only be visible where rank 0 runs."""
-        box = [None]
-        if self.rank == 0:
-            box[0] = checkpoint.load_newest(self.cfg.checkpoint_dir, log=self.log)
-        dist.broadcast_object_list(box, src=0)
-        payload = box[0]
+        """Every rank resumes from the newest step that any checkpoint reader
+        has intact, or fails when checkpoints exist but none is readable.
+
+        Readers: global rank 0 with shared storage (the directory need only be
+        visible there), every node's local rank 0 with node-local storage.
+        Each scans its directory (cheap check, stray temp files removed); the
+        ranks gather the newest valid step of each; the lowest rank that has
+        the newest loads it fully and broadcasts it. If that load fails, the
+        next candidate is tried -- the same choice on every rank, so the
+        collectives match."""
+        cfg = self.cfg
+        info = None
+        if self.ckpt_writer:
+            found = checkpoint.scan(self.ckpt_dir, remove_temps=True)
+            info = {"rank": self.rank, "node": self.node_rank, "dir": self.ckpt_dir,
+                    "valid": [s for s, _ in found.valid], "bad": found.bad, "temps": found.temps_removed}
+        infos = [None] * self.ranks.world_size
+        dist.all_gather_object(infos, info, group=self.cpu_group)
+        readers = [i for i in infos if i is not None]
+        where = {i["rank"]: f"node {'?' if i['node'] is None else i['node']}" for i in readers}
+        bad = [(where[i["rank"]], path, why) for i in readers for path, why in i["bad"]]
+        for i in readers:
+            for path in i["temps"]:
+                self.log(f"removed {path} ({where[i['rank']]}): temp file of an interrupted save")
+        candidates = {i["rank"]: list(i["valid"]) for i in readers}
+        payload = None
+        while any(candidates.values()):
+            newest = max(steps[0] for steps in candidates.values() if steps)
+            src = min(r for r, steps in candidates.items() if steps and steps[0] == newest)
+            box = [None]
+            if self.rank == src:
+                path = checkpoint.path_for(self.ckpt_dir, newest)
+                try:
+                    box[0] = ("ok", checkpoint.load(path, newest))
+                except checkpoint.Unreadable as exc:
+                    box[0] = ("bad", path, str(exc))
+            dist.broadcast_object_list(box, src=src, group=self.cpu_group)
+            if box[0][0] == "ok":
+                payload = box[0][1]
+                break
+            bad.append((where[src], box[0][1], box[0][2]))
+            candidates[src].pop(0)
+        if payload is not None:
+            for node, path, why in bad:
+                if checkpoint.step_of(path) > payload["step"]:
+                    self.log(f"warning: skipping unreadable checkpoint {path} ({node}): {why}")
+        elif bad:
+            listing = "; ".join(f"{path} ({node}: {why})" for node, path, why in bad)
+            if not cfg.ignore_bad_checkpoints:
+                raise CheckpointError(
+                    f"checkpoints exist but none is readable: {listing}. Remove or repair them, or pass "
+                    "--ignore-bad-checkpoints to start at step 0")
+            self.log(f"warning: --ignore-bad-checkpoints: no readable checkpoint ({listing}); starting at step 0")
+            return 0, None, None
         if payload is None:
-            self.log(f"no checkpoint in {self.cfg.checkpoint_dir}; starting at step 0")
+            dirs = ", ".join(sorted({i["dir"] for i in readers}))
+            self.log(f"no checkpoint in {dirs}; starting at step 0")
+            if cfg.restart:
+                self.log(f"warning: this is restart {cfg.restart} of the job and no checkpoint was found: either "
+                         "no attempt got as far as one, or the checkpoint directory is not the one they used "
+                         "(a lost or unmounted volume looks the same)")
             return 0, None, None
         model.load_state_dict(payload["model"])
         opt.load_state_dict(payload["optimizer"])  # moves optimizer state to the params' device
@@ -233,15 +485,15 @@ class Trainer:
         else:
             self.log(f"checkpoint has RNG state for {len(rngs)} ranks, job has {self.ranks.world_size}; "
                      "RNG streams restart from the seed")
-        self.log(f"resumed from checkpoint {payload['path']} at step {payload['step']}")
+        self.log(f"resumed from checkpoint {payload['path']} ({where[src]}) at step {payload['step']}")
         return payload["step"], payload.get("first_loss"), payload["step"]
 
     def _save(self, model, opt, step, first_loss):
         # RNG state differs per rank, so it is gathered; the weights and the
-        # optimizer state are identical on all ranks and come from rank 0.
+        # optimizer state are identical on all ranks and come from the writer's own.
         rngs = [None] * self.ranks.world_size
-        dist.all_gather_object(rngs, checkpoint.rng_state(self.place.device))
-        if self.rank != 0:
+        dist.all_gather_object(rngs, checkpoint.rng_state(self.place.device), group=self.cpu_group)
+        if not self.ckpt_writer:
             return
         payload = {
             "step": step,
@@ -253,8 +505,11 @@ class Trainer:
             "config": {"seed": self.cfg.seed, "batch_size": self.cfg.batch_size,
                        "dataset_size": self.cfg.dataset_size, "hidden": self.cfg.hidden},
         }
-        path = checkpoint.save(self.cfg.checkpoint_dir, step, payload, self.cfg.keep_checkpoints)
-        self.log(f"checkpoint {path}")
+        path = checkpoint.save(self.ckpt_dir, step, payload, self.cfg.keep_checkpoints)
+        if self.cfg.checkpoint_storage == "node-local":
+            self.node_log(f"checkpoint {path}")
+        else:
+            self.log(f"checkpoint {path}")
 
     def run_scatter_reduce(self) -> int:
         cfg = self.cfg
@@ -264,12 +519,12 @@ class Trainer:
         self._write_metrics({
             "type": cfg.type, "world_size": self.ranks.world_size, "backend": self.place.backend,
             "device": self.place.kind, "rounds": cfg.rounds, "array_size": cfg.array_size, "ok": ok,
-            "elapsed_seconds": time.perf_counter() - t0, "parameter": cfg.parameter,
+            "elapsed_seconds": time.perf_counter() - t0, "parameter": cfg.parameter, "restart": cfg.restart,
         })
         if not ok:
             print(f"[trainer] rank {self.rank}: scatter-reduce result differs from the serial computation",
                   file=sys.stderr, flush=True)
-        return 0 if ok else 1
+        return EXIT_OK if ok else EXIT_FAILED
 
     def _write_metrics(self, metrics: dict) -> None:
         if self.rank != 0 or not self.cfg.metrics_file:
@@ -324,18 +579,21 @@ def run(argv: list[str] | None = None) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    status = 1
+    """Exit status: EXIT_OK, EXIT_FAILED, EXIT_USAGE or EXIT_PREEMPTED (docs/trainer.md)."""
+    status = EXIT_FAILED
     try:
         status = run(argv)
     except SystemExit as exc:  # argparse: --help (0) or usage error (2)
-        status = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 2)
+        status = exc.code if isinstance(exc.code, int) else (EXIT_OK if exc.code is None else EXIT_USAGE)
     except (LaunchError, DeviceError) as exc:
-        print(f"[trainer] error: {exc}", file=sys.stderr, flush=True)
-        status = 2
+        # Every rank knows why no checkpoint is usable; one line per node says it.
+        if not isinstance(exc, CheckpointError) or os.environ.get("LOCAL_RANK", "0") == "0":
+            print(f"[trainer] error: {exc}", file=sys.stderr, flush=True)
+        status = EXIT_USAGE
     except BaseException:  # noqa: BLE001 - report, then leave through the same exit path
         rank = os.environ.get("RANK", "?")
         print(f"[trainer] rank {rank} failed:\n{traceback.format_exc()}", file=sys.stderr, flush=True)
-        status = 1
+        status = EXIT_FAILED
     finally:
         if dist.is_available() and dist.is_initialized():
             try:
@@ -345,8 +603,26 @@ def main(argv: list[str] | None = None) -> int:
     return status
 
 
+def write_status_file(status: int, env=None) -> None:
+    """TORCHDAG_STATUS_FILE: local rank 0 writes its exit status there (one
+    line), atomically. torchrun itself exits 1 whatever its workers' status,
+    so a wrapper that must tell a preemption (75) from a failure reads this."""
+    env = os.environ if env is None else env
+    path = env.get("TORCHDAG_STATUS_FILE", "").strip()
+    if not path or env.get("LOCAL_RANK", "0").strip() not in ("", "0"):
+        return
+    try:
+        tmp = f"{path}.tmp{os.getpid()}"
+        with open(tmp, "w") as f:
+            f.write(f"{status}\n")
+        os.replace(tmp, path)
+    except OSError as exc:
+        print(f"[trainer] cannot write TORCHDAG_STATUS_FILE {path}: {exc}", file=sys.stderr, flush=True)
+
+
 if __name__ == "__main__":
     code = main()
+    write_status_file(code)
     sys.stdout.flush()
     sys.stderr.flush()
     # os._exit skips interpreter teardown, where gloo aborts in ~4% of exits
