@@ -22,7 +22,8 @@ from torch.utils.data import DistributedSampler  # noqa: E402
 
 from trainer.config import Config, ranks_from_env  # noqa: E402
 from trainer.device import resolve  # noqa: E402
-from trainer.train import SimpleNet, SyntheticRegression, Trainer  # noqa: E402
+from trainer.model import SimpleNet, SyntheticRegression  # noqa: E402
+from trainer.train import Trainer  # noqa: E402
 
 
 def bare_ddp(steps: int, hidden: int, batch: int = 32, dataset_size: int = 4096) -> float:

@@ -270,7 +270,8 @@ def test_restart_count_and_node_rank_directory():
 def test_stop_flag_carrier_leaves_the_loss_and_gradients_alone():
     """The carried flag must not change training: same loss value, same
     gradients; its own gradient is 1 exactly when this rank was signalled."""
-    from trainer.train import SimpleNet, StopAgreement, StopFlagCarrier, StopRequest
+    from trainer.model import SimpleNet
+    from trainer.preemption import StopAgreement, StopFlagCarrier, StopRequest
 
     x, y = torch.randn(8, 10), torch.randn(8, 10)
     grads = []
@@ -301,7 +302,7 @@ def test_stop_agreement_without_carrier_uses_its_own_gloo_all_reduce(tmp_path):
     cross-rank behaviour is that of the all-reduce itself."""
     import torch.distributed as dist
 
-    from trainer.train import StopAgreement, StopRequest
+    from trainer.preemption import StopAgreement, StopRequest
 
     dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
     try:

@@ -31,197 +31,22 @@ os.environ.setdefault("TORCH_DEVICE_BACKEND_AUTOLOAD", "0")
 
 import datetime  # noqa: E402
 import json  # noqa: E402
-import signal  # noqa: E402
 import time  # noqa: E402
 import traceback  # noqa: E402
 
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 from torch.nn.parallel import DistributedDataParallel as DDP  # noqa: E402
-from torch.utils.data import Dataset, DistributedSampler  # noqa: E402
+from torch.utils.data import DistributedSampler  # noqa: E402
 
-from trainer import checkpoint, scatter_reduce  # noqa: E402
+from trainer import checkpoint, distckpt, scatter_reduce  # noqa: E402
+from trainer.model import SimpleNet, SyntheticRegression  # noqa: E402
+from trainer.preemption import StopAgreement, StopFlagCarrier, StopRequest, signal_name, stop_agent_restarts  # noqa: E402
 from trainer.config import (EXIT_FAILED, EXIT_OK, EXIT_PREEMPTED, EXIT_USAGE, CheckpointError,  # noqa: E402
                             Config, LaunchError, Ranks, expand_checkpoint_dir, node_rank_from_env, parse_config,
                             ranks_from_env)
 from trainer.device import DeviceError, Placement, resolve  # noqa: E402
 from trainer.mixed import CpuBucketGradSync  # noqa: E402
-
-
-# torchrun forwards the signal it gets (SIGTERM from Kubernetes or Argo, SIGINT
-# from a terminal, SIGHUP) to every worker's process group, then SIGKILLs the
-# workers after its --shutdown-timeout (TORCH_ELASTIC_SHUTDOWN_TIMEOUT, 30 s).
-STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
-
-
-class StopRequest:
-    """Records the first stop signal this rank receives while it trains.
-
-    The handler only sets a number; StopAgreement sums "got one" over all
-    ranks once per step, so every rank -- also those on nodes that got no
-    signal -- learns of the request at the same step boundary, and all of
-    them save that step and exit with EXIT_PREEMPTED together. Outside the
-    training loop the default action applies (a rank stuck before its first
-    step has no progress to save and should not outlive its grace period)."""
-
-    def __init__(self):
-        self.signum = 0
-        self.agreed = False  # set by the loop: the handlers then stay until the process exits
-        self._previous: dict = {}
-
-    def _handler(self, signum, frame):  # noqa: ARG002 - signal handler signature
-        if not self.signum:
-            self.signum = signum
-
-    def __enter__(self):
-        for sig in STOP_SIGNALS:
-            try:
-                self._previous[sig] = signal.signal(sig, self._handler)
-            except ValueError:  # not the main thread (library use): no graceful stop
-                break
-        return self
-
-    def __exit__(self, *exc):
-        if self.agreed:
-            # torchrun may still forward a signal while this rank writes its
-            # metrics and leaves; it must not turn exit 75 into a kill.
-            return
-        for sig, handler in self._previous.items():
-            signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
-        self._previous.clear()
-
-
-class StopFlagCarrier(torch.nn.Module):
-    """The model plus one 1-element parameter, ``stop_flag``, whose gradient
-    says whether this rank received a stop signal, so that DDP (or the CPU
-    buckets) averages it with the real gradients, in the same all-reduce.
-
-    ``stop_flag`` stays 0 (no optimizer sees it), so ``loss + term()`` is the
-    loss exactly, while the gradient of ``term()`` with respect to
-    ``stop_flag`` is 1 on a signalled rank and 0 elsewhere. Only the inner
-    model is saved."""
-
-    def __init__(self, model: torch.nn.Module, device: torch.device):
-        super().__init__()
-        self.model = model
-        self.stop_flag = torch.nn.Parameter(torch.zeros(1, device=device))
-        # Plain attributes, not buffers: DDP would broadcast buffers every step.
-        self._values = (torch.zeros(1, device=device), torch.ones(1, device=device))
-
-    def forward(self, x):
-        return self.model(x)
-
-    def term(self, signalled: bool) -> torch.Tensor:
-        return torch.dot(self.stop_flag, self._values[signalled])
-
-
-class StopAgreement:
-    """Once per step, every rank learns how many ranks had received a stop signal.
-
-    gloo (DDP or cpu-buckets): the count rides in the gradient all-reduce
-    (StopFlagCarrier); measured here, a separate 4-byte all-reduce per step
-    cost SimpleNet 20-45 % more CPU per step, the carrier a few %.
-    nccl/hccl: one small asynchronous all-reduce over the job's gloo group,
-    started after backward and awaited after the optimizer step -- CPU
-    tensors, so no device synchronisation per step."""
-
-    def __init__(self, request: StopRequest, group, world_size: int, carrier: StopFlagCarrier | None = None):
-        self.request, self.group, self.world_size, self.carrier = request, group, world_size, carrier
-        self._count: torch.Tensor | None = None
-        self._work = None
-
-    def loss(self, loss: torch.Tensor) -> torch.Tensor:
-        """The loss to call backward() on."""
-        if self.carrier is None:
-            return loss
-        return loss + self.carrier.term(bool(self.request.signum))
-
-    def start(self) -> None:
-        """After backward (and the gradient exchange), before the optimizer step."""
-        if self.carrier is None:
-            self._count = torch.tensor([1 if self.request.signum else 0], dtype=torch.int32)
-            self._work = dist.all_reduce(self._count, group=self.group, async_op=True)
-
-    def result(self) -> int:
-        """How many ranks had received a stop signal: the same number on every rank."""
-        if self.carrier is not None:
-            flag = self.carrier.stop_flag
-            mean = float(flag.grad.item())  # averaged over the ranks like every gradient
-            flag.grad = None  # not in the optimizer, so nobody else clears it
-            return round(mean * self.world_size)
-        self._work.wait()
-        return int(self._count.item())
-
-
-def stop_agent_restarts(log) -> None:
-    """Stop this node's torchrun from restarting its workers after a preemption.
-
-    A worker's exit 75 is a failure to torchrun: with --max-restarts left,
-    an agent whose node got no signal would start new workers, and they would
-    wait in init_process_group for peers that are gone (measured: still
-    waiting 120 s later). A preempted job must be restarted as a whole, so
-    local rank 0 sends its own agent SIGTERM: the agent forwards it to its
-    workers (who are already stopping and ignore it), waits for them and
-    exits instead of restarting. Only done when the parent really is a
-    torchelastic agent with restarts left."""
-    try:
-        left = int(os.environ.get("TORCHELASTIC_MAX_RESTARTS", "0")) - int(
-            os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
-    except ValueError:
-        return
-    if left <= 0:
-        return
-    agent = os.getppid()
-    try:
-        with open(f"/proc/{agent}/cmdline", "rb") as f:
-            argv = f.read().split(b"\0")
-    except OSError:
-        return
-    launchers = (b"torchrun", b"torch.distributed.run", b"torch.distributed.launch")
-    if not any(name in arg for arg in argv[:3] for name in launchers):
-        return
-    log(f"asking torchrun (pid {agent}) to stop rather than restart workers ({left} restarts left): "
-        "the job was preempted")
-    os.kill(agent, signal.SIGTERM)
-
-
-def signal_name(signum: int) -> str:
-    try:
-        return signal.Signals(signum).name
-    except ValueError:
-        return f"signal {signum}"
-
-
-class SimpleNet(torch.nn.Module):
-    """The write-up's model: 10 -> hidden -> 10."""
-
-    def __init__(self, hidden: int = 50):
-        super().__init__()
-        self.fc1 = torch.nn.Linear(10, hidden)
-        self.relu = torch.nn.ReLU()
-        self.fc2 = torch.nn.Linear(hidden, 10)
-
-    def forward(self, x):
-        return self.fc2(self.relu(self.fc1(x)))
-
-
-class SyntheticRegression(Dataset):
-    """Inputs x ~ N(0, 1)^10 and targets of a fixed random teacher
-    y = x W + 0.1 sin(3 x V): the same on every rank for a given seed,
-    learnable by SimpleNet (its loss can fall far below the initial ~1)."""
-
-    def __init__(self, size: int, seed: int):
-        g = torch.Generator().manual_seed(seed + 10_007)  # independent of the model-init stream
-        self.x = torch.randn(size, 10, generator=g)
-        w = torch.randn(10, 10, generator=g) / 10 ** 0.5
-        v = torch.randn(10, 10, generator=g) / 10 ** 0.5
-        self.y = self.x @ w + 0.1 * torch.sin(3 * self.x @ v)
-
-    def __len__(self):
-        return self.x.shape[0]
-
-    def __getitem__(self, i):
-        return self.x[i], self.y[i]
 
 
 class Trainer:
@@ -415,101 +240,10 @@ class Trainer:
         return EXIT_OK
 
     def _resume(self, model, opt):
-        """Every rank resumes from the newest step that any checkpoint reader
-        has intact, or fails when checkpoints exist but none is readable.
-
-        Readers: global rank 0 with shared storage (the directory need only be
-        visible there), every node's local rank 0 with node-local storage.
-        Each scans its directory (cheap check, stray temp files removed); the
-        ranks gather the newest valid step of each; the lowest rank that has
-        the newest loads it fully and broadcasts it. If that load fails, the
-        next candidate is tried -- the same choice on every rank, so the
-        collectives match."""
-        cfg = self.cfg
-        info = None
-        if self.ckpt_writer:
-            found = checkpoint.scan(self.ckpt_dir, remove_temps=True)
-            info = {"rank": self.rank, "node": self.node_rank, "dir": self.ckpt_dir,
-                    "valid": [s for s, _ in found.valid], "bad": found.bad, "temps": found.temps_removed}
-        infos = [None] * self.ranks.world_size
-        dist.all_gather_object(infos, info, group=self.cpu_group)
-        readers = [i for i in infos if i is not None]
-        where = {i["rank"]: f"node {'?' if i['node'] is None else i['node']}" for i in readers}
-        bad = [(where[i["rank"]], path, why) for i in readers for path, why in i["bad"]]
-        for i in readers:
-            for path in i["temps"]:
-                self.log(f"removed {path} ({where[i['rank']]}): temp file of an interrupted save")
-        candidates = {i["rank"]: list(i["valid"]) for i in readers}
-        payload = None
-        while any(candidates.values()):
-            newest = max(steps[0] for steps in candidates.values() if steps)
-            src = min(r for r, steps in candidates.items() if steps and steps[0] == newest)
-            box = [None]
-            if self.rank == src:
-                path = checkpoint.path_for(self.ckpt_dir, newest)
-                try:
-                    box[0] = ("ok", checkpoint.load(path, newest))
-                except checkpoint.Unreadable as exc:
-                    box[0] = ("bad", path, str(exc))
-            dist.broadcast_object_list(box, src=src, group=self.cpu_group)
-            if box[0][0] == "ok":
-                payload = box[0][1]
-                break
-            bad.append((where[src], box[0][1], box[0][2]))
-            candidates[src].pop(0)
-        if payload is not None:
-            for node, path, why in bad:
-                if checkpoint.step_of(path) > payload["step"]:
-                    self.log(f"warning: skipping unreadable checkpoint {path} ({node}): {why}")
-        elif bad:
-            listing = "; ".join(f"{path} ({node}: {why})" for node, path, why in bad)
-            if not cfg.ignore_bad_checkpoints:
-                raise CheckpointError(
-                    f"checkpoints exist but none is readable: {listing}. Remove or repair them, or pass "
-                    "--ignore-bad-checkpoints to start at step 0")
-            self.log(f"warning: --ignore-bad-checkpoints: no readable checkpoint ({listing}); starting at step 0")
-            return 0, None, None
-        if payload is None:
-            dirs = ", ".join(sorted({i["dir"] for i in readers}))
-            self.log(f"no checkpoint in {dirs}; starting at step 0")
-            if cfg.restart:
-                self.log(f"warning: this is restart {cfg.restart} of the job and no checkpoint was found: either "
-                         "no attempt got as far as one, or the checkpoint directory is not the one they used "
-                         "(a lost or unmounted volume looks the same)")
-            return 0, None, None
-        model.load_state_dict(payload["model"])
-        opt.load_state_dict(payload["optimizer"])  # moves optimizer state to the params' device
-        rngs = payload.get("rng") or []
-        if len(rngs) == self.ranks.world_size:
-            checkpoint.set_rng_state(rngs[self.rank], self.place.device)
-        else:
-            self.log(f"checkpoint has RNG state for {len(rngs)} ranks, job has {self.ranks.world_size}; "
-                     "RNG streams restart from the seed")
-        self.log(f"resumed from checkpoint {payload['path']} ({where[src]}) at step {payload['step']}")
-        return payload["step"], payload.get("first_loss"), payload["step"]
+        return distckpt.resume(self, model, opt)
 
     def _save(self, model, opt, step, first_loss):
-        # RNG state differs per rank, so it is gathered; the weights and the
-        # optimizer state are identical on all ranks and come from the writer's own.
-        rngs = [None] * self.ranks.world_size
-        dist.all_gather_object(rngs, checkpoint.rng_state(self.place.device), group=self.cpu_group)
-        if not self.ckpt_writer:
-            return
-        payload = {
-            "step": step,
-            "model": {k: v.detach().cpu() for k, v in model.state_dict().items()},
-            "optimizer": _to_cpu(opt.state_dict()),
-            "rng": rngs,
-            "first_loss": first_loss,
-            "world_size": self.ranks.world_size,
-            "config": {"seed": self.cfg.seed, "batch_size": self.cfg.batch_size,
-                       "dataset_size": self.cfg.dataset_size, "hidden": self.cfg.hidden},
-        }
-        path = checkpoint.save(self.ckpt_dir, step, payload, self.cfg.keep_checkpoints)
-        if self.cfg.checkpoint_storage == "node-local":
-            self.node_log(f"checkpoint {path}")
-        else:
-            self.log(f"checkpoint {path}")
+        distckpt.save(self, model, opt, step, first_loss)
 
     def run_scatter_reduce(self) -> int:
         cfg = self.cfg
@@ -535,16 +269,6 @@ class Trainer:
             json.dump(metrics, f, indent=2)
             f.write("\n")
         os.replace(tmp, path)
-
-
-def _to_cpu(obj):
-    if isinstance(obj, torch.Tensor):
-        return obj.detach().cpu()
-    if isinstance(obj, dict):
-        return {k: _to_cpu(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return type(obj)(_to_cpu(v) for v in obj)
-    return obj
 
 
 def init_process_group(backend: str, ranks: Ranks, timeout: datetime.timedelta) -> None:
