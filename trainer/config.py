@@ -160,33 +160,28 @@ def pg_timeout_from_env(env) -> int:
     return value
 
 
-def restart_from_env(env) -> int:
-    """TORCHDAG_RESTART: the rendered Workflow's whole-job attempt (0 first, 1.. on retries); absent = 0."""
-    raw = env.get("TORCHDAG_RESTART", "").strip()
-    if not raw:
-        return 0
-    try:
-        value = int(raw)
-    except ValueError:
-        raise LaunchError(f"TORCHDAG_RESTART must be a non-negative integer, got {raw!r}") from None
-    if value < 0:
-        raise LaunchError(f"TORCHDAG_RESTART must be >= 0, got {value}")
-    return value
-
-
-def node_rank_from_env(env=None) -> int | None:
-    """torchrun's GROUP_RANK (the node rank), or None when it is not set."""
-    env = os.environ if env is None else env
-    raw = env.get("GROUP_RANK", "").strip()
+def _env_count(env, name: str) -> int | None:
+    """A non-negative integer from the environment, or None when it is not set."""
+    raw = env.get(name, "").strip()
     if not raw:
         return None
     try:
         value = int(raw)
     except ValueError:
-        raise LaunchError(f"GROUP_RANK must be an integer, got {raw!r}") from None
+        raise LaunchError(f"{name} must be a non-negative integer, got {raw!r}") from None
     if value < 0:
-        raise LaunchError(f"GROUP_RANK must be >= 0, got {value}")
+        raise LaunchError(f"{name} must be >= 0, got {value}")
     return value
+
+
+def restart_from_env(env) -> int:
+    """TORCHDAG_RESTART: the rendered Workflow's whole-job attempt (0 first, 1.. on retries); absent = 0."""
+    return _env_count(env, "TORCHDAG_RESTART") or 0
+
+
+def node_rank_from_env(env=None) -> int | None:
+    """torchrun's GROUP_RANK (the node rank), or None when it is not set."""
+    return _env_count(os.environ if env is None else env, "GROUP_RANK")
 
 
 def expand_checkpoint_dir(template: str, env=None) -> str:
