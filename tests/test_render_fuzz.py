@@ -32,11 +32,8 @@ import faulthandler
 import io
 import math
 import os
-import re
 import signal
 import stat
-import subprocess
-import sys
 import tempfile
 import threading
 from pathlib import Path
@@ -386,22 +383,3 @@ def test_output_path_tricks(kind, mode):
             assert written.read_text(encoding="utf-8") == build(values)
             if kind in ("an existing file", "a symlink to an existing file"):
                 assert stat.S_IMODE(written.stat().st_mode) == mode, "an existing file's mode changed"
-
-
-# --- a real process -------------------------------------------------------------------------
-
-@settings(FAST, max_examples=3)
-@given(hazard=hazards)
-def test_render_py_process_never_hangs_or_tracebacks(hazard, tmp_path_factory):
-    """A few generated files through a real `python render.py` (timeout=10 s)."""
-    source = tmp_path_factory.mktemp("process") / "cluster.yaml"
-    kind, path = hazard[0], hazard[1]
-    if kind == "bomb":
-        prefix, alias, _ = bomb(*hazard[2:])
-        source.write_text(with_hazard(path, alias, prefix), encoding="utf-8")
-    elif kind == "deep":
-        source.write_text(with_hazard(path, nested(hazard[2], hazard[3])), encoding="utf-8")
-    else:
-        source.write_text(with_hazard(path, re.sub(r"\s", "", str(hazard[2]))), encoding="utf-8")
-    done = subprocess.run([sys.executable, str(REPO / "render.py"), str(source)], capture_output=True, text=True, timeout=LIMIT_S)
-    assert done.returncode in (0, 2) and "Traceback" not in done.stderr and "Exception ignored" not in done.stderr, done.stderr
