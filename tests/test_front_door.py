@@ -13,43 +13,24 @@ import re
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 import yaml
 from hypothesis import given, settings
 
 from chart_helpers import argo_document, helm_template
+from cli_helpers import BASE, REPO, one_line, render_py, write
 from torchdag import cli
 from torchdag.problems import ValuesError
 from torchdag.values import MAX_ALIAS_COPIES, MAX_DEPTH, go_number, parse_values
 
 from test_render_fuzz import FAST, LIMIT_S, bomb, hazards, nested, with_hazard  # the strategies, not its tests
 
-REPO = Path(__file__).resolve().parent.parent
-EXAMPLE = REPO / "examples" / "cluster.yaml"
-BASE = EXAMPLE.read_text(encoding="utf-8")
 
 # 9^9 = 387,420,489 strings from 1 KB; PyYAML shares them, but every later walk copies them out.
 BILLION_LAUGHS = "".join(
     f"x-{level}: &l{level} [{', '.join([f'*l{level - 1}'] * 9) if level else ', '.join(['lol'] * 9)}]\n" for level in range(9)
 )
-
-
-def write(tmp_path: Path, text: str, name: str = "cluster.yaml") -> Path:
-    path = tmp_path / name
-    path.write_text(text, encoding="utf-8")
-    return path
-
-
-def render_py(*args: str, timeout: float = 10, **kwargs) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(REPO / "render.py"), *args], capture_output=kwargs.pop("capture_output", True),
-                          text=True, timeout=timeout, **kwargs)
-
-
-def one_line(err: str) -> str:
-    assert err.endswith("\n") and err.count("\n") == 1, err
-    return err[:-1]
 
 
 # --- alias bombs and deep nesting: refused before anything is built ------------------------
