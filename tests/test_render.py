@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -372,3 +373,17 @@ def test_unwritable_output_is_one_line_not_a_traceback(target, tmp_path):
     assert result.stderr.startswith(f"render.py: cannot write {out}: ") and len(result.stderr.splitlines()) == 1
     assert sorted(p.name for p in tmp_path.iterdir()) == ["is-a-dir", "under-a-file"]
     assert not list((tmp_path / "is-a-dir").iterdir())
+
+
+@pytest.mark.parametrize("values", [v for v, _ in PAIRS], ids=PAIR_IDS)
+def test_the_file_starts_with_every_nodes_rank_name_and_nic(values):
+    """A reviewer reads the table first: one row per node, in rank order."""
+    text = build(values)
+    table = text[:text.index("\n---\n")].splitlines()
+    assert all(line.startswith("#") for line in table)
+    rows = [line[2:].split() for line in table if re.match(r"^#\s+\d+\s", line)]
+    nodes = yaml.safe_load(values.read_text())["nodes"]
+    master = next((i for i, node in enumerate(nodes) if node.get("master")), 0)
+    in_rank_order = [nodes[master]] + [node for i, node in enumerate(nodes) if i != master]
+    assert [(row[0], row[1], row[3]) for row in rows] == [
+        (str(rank), node["name"], node.get("nic") or "-") for rank, node in enumerate(in_rank_order)]
