@@ -17,8 +17,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Callable, TextIO
+from typing import Callable
 
 from .errors import EXIT_INTERRUPTED, EXIT_TIMEOUT
 from .prepare import Job
@@ -64,22 +63,18 @@ class JobRunner:
     `current` is the attempt's Supervisor (tests signal its tasks); `on_attempt(n,
     supervisor)` is called before restart n starts."""
 
-    def __init__(self, job: Job, *, out: TextIO | None = None, gang_stop: bool = True,
-                 timeout: float | None = None, grace: float = 5.0, backoff_scale: float = 1.0,
-                 base_env: dict[str, str] | None = None, bin_dir: str | None = None,
-                 on_line: Callable[[str, str], None] | None = None,
-                 on_attempt: Callable[[int, Supervisor], None] | None = None, poll: float = 0.1):
+    def __init__(self, job: Job, *, backoff_scale: float = 1.0,
+                 on_attempt: Callable[[int, Supervisor], None] | None = None, **attempt):
+        """`attempt`: Supervisor's keyword arguments (out, gang_stop, timeout, grace,
+        base_env, bin_dir, on_line, poll), the same for every attempt."""
         self.job = job
-        self.out = out or sys.stdout
-        self.gang_stop = gang_stop
-        self.timeout = timeout
-        self.grace = grace
         self.backoff_scale = backoff_scale
-        self.base_env = dict(os.environ if base_env is None else base_env)
-        self.bin_dir = bin_dir or str(Path(sys.executable).parent)
-        self.on_line = on_line
         self.on_attempt = on_attempt
-        self.poll = poll
+        attempt["out"] = attempt.get("out") or sys.stdout
+        attempt["base_env"] = dict(os.environ if attempt.get("base_env") is None else attempt["base_env"])
+        self.attempt = attempt
+        self.out = attempt["out"]
+        self.timeout = attempt.get("timeout")
         self.current: Supervisor | None = None
         self._stop: tuple[str, bool] | None = None
         self._wake = threading.Event()
@@ -104,10 +99,7 @@ class JobRunner:
         restart = 0
         while True:
             tasks = self.job.tasks_for(restart)
-            supervisor = Supervisor(self.job.workflow, tasks, out=self.out, gang_stop=self.gang_stop,
-                                    timeout=self.timeout, deadline=deadline, grace=self.grace,
-                                    base_env=self.base_env, bin_dir=self.bin_dir, on_line=self.on_line,
-                                    poll=self.poll, restart=restart)
+            supervisor = Supervisor(self.job.workflow, tasks, deadline=deadline, restart=restart, **self.attempt)
             self.current = supervisor
             if self.on_attempt is not None:
                 self.on_attempt(restart, supervisor)
