@@ -100,7 +100,7 @@ check: $(RENDER_STAMP) ## validate VALUES only (light venv, no torch)
 	$(RENDER_PY) render.py --check $(VALUES)
 
 test: $(VENV_STAMP) $(HELM) $(ASCEND_STAMP) ## install everything and run the whole test suite
-	HELM=$(abspath $(HELM)) $(PY) -m pytest -n 2 tests
+	HELM=$(abspath $(HELM)) TORCHDAG_ASCEND_VENV_REQUIRED=1 $(PY) -m pytest -n 2 tests
 
 golden: $(VENV_STAMP) ## regenerate tests/golden/ from examples/ and tests/cases/ (review the diff!)
 	$(PY) tests/golden.py --write

@@ -32,8 +32,10 @@ ASCEND_PY = ASCEND_VENV / "bin" / "python"
 AUTOLOAD = "TORCH_DEVICE_BACKEND_AUTOLOAD"
 CRASH = "RuntimeError: Failed to load the backend extension: torch_npu"
 
+# `make test` builds .venv-ascend and says so (TORCHDAG_ASCEND_VENV_REQUIRED=1): there a
+# missing venv fails these tests. Only a bare `pytest` without it skips them.
 pytestmark = pytest.mark.skipif(
-    not ASCEND_VENV.exists(),
+    not ASCEND_VENV.exists() and os.environ.get("TORCHDAG_ASCEND_VENV_REQUIRED") != "1",
     reason=".venv-ascend does not exist: `make test` (or `make ascend-venv`) builds it with the real torch_npu wheel",
 )
 
