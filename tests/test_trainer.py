@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from trainer_helpers import (JOB_TIMEOUT, ROOT, TRAIN, children, clean_env, free_port, kill_node, output, output_of,
-                             read_json, reap, run_nodes, signal_node, start, torchrun_cmd, wait_all)
+from trainer_helpers import (JOB_TIMEOUT, ROOT, TRAIN, children, clean_env, free_port, full_output_of, kill_node, output,
+                             output_of, read_json, reap, run_nodes, signal_node, start, torchrun_cmd, wait_all)
 
 sys.path.insert(0, str(ROOT))
 
@@ -96,14 +96,13 @@ def test_worker_killed_restarts_and_resumes_exactly(tmp_path):
         codes = wait_all(procs, JOB_TIMEOUT)
     finally:
         reap(*procs)
-    logs = output_of(run)
-    assert codes == [0, 0], logs
+    assert codes == [0, 0], output_of(run)
     m = read_json(run / "m.json")
     assert m["steps"] == steps, m
     assert m["resumed_from_step"] is not None and seen <= m["resumed_from_step"] < steps, (seen, m)
     assert m["resumed_from_step"] % every == 0
     assert m["steps_this_run"] == steps - m["resumed_from_step"]
-    assert "resumed from checkpoint" in logs
+    assert "resumed from checkpoint" in full_output_of(run)
     resumed = load_params(run / "p", 2)
     assert_same_params(resumed)
     # Model, optimizer (momentum), step and data order all restored: the

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from trainer_helpers import (JOB_TIMEOUT, ROOT, alive, children, clean_env, output, output_of, read_json, reap,
-                             run_nodes, run_ranks, start_nodes, start_ranks, wait_all)
+from trainer_helpers import (JOB_TIMEOUT, ROOT, alive, children, clean_env, full_output_of, output, output_of,
+                             read_json, reap, run_nodes, run_ranks, start_nodes, start_ranks, wait_all)
 
 sys.path.insert(0, str(ROOT))
 
@@ -87,7 +87,7 @@ def test_sigterm_to_one_node_saves_the_agreed_step_and_the_retry_resumes(tmp_pat
     m = read_json(retry / "m.json")
     assert m["resumed_from_step"] == stopped and m["steps"] == stopped + 20 and m["steps_this_run"] == 20, m
     assert m["restart"] == 1 and m["preempted"] is False
-    assert "restart 1" in output_of(retry)
+    assert "restart 1" in full_output_of(retry)
 
 
 def test_sigterm_on_the_cpu_bucket_path_stops_every_rank_with_75(tmp_path):
@@ -131,7 +131,7 @@ def test_node_local_checkpoints_survive_losing_node0s_directory(tmp_path):
     assert read_json(first / "m.json")["restart"] == 0  # TORCHDAG_RESTART absent
     for n in range(2):
         assert valid_steps(tmp_path / f"ck-{n}") == [40, 30, 20], n
-    assert "node 1: checkpoint" in output_of(first)
+    assert "node 1: checkpoint" in full_output_of(first), output_of(first)
 
     for f in (tmp_path / "ck-0").iterdir():
         f.unlink()
@@ -142,8 +142,8 @@ def test_node_local_checkpoints_survive_losing_node0s_directory(tmp_path):
     codes = run_nodes(second, common + ["--max-steps", "60", "--grad-sync", "cpu-buckets",
                                         "--metrics-file", str(second / "m.json")], 2, 1,
                       ["--rdzv-conf=timeout=60"], env=clean_env(TORCHDAG_RESTART="2"))
-    logs = output_of(second)
-    assert codes == [0, 0], logs
+    assert codes == [0, 0], output_of(second)
+    logs = full_output_of(second)
     m = read_json(second / "m.json")
     assert m["resumed_from_step"] == 40 and m["steps"] == 60 and m["grad_sync"] == "cpu-buckets", m
     assert m["restart"] == 2
@@ -173,8 +173,8 @@ def test_damaged_newest_checkpoint_neither_wins_nor_takes_the_slot(tmp_path):
     b.mkdir()
     codes = run_ranks(b, ["--max-steps", "35", "--checkpoint-every", "5", "--keep-checkpoints", "1",
                           "--log-every", "0", "--checkpoint-dir", str(ck), "--metrics-file", str(b / "m.json")])
-    logs = output_of(b)
-    assert codes == [0], logs
+    assert codes == [0], output_of(b)
+    logs = full_output_of(b)
     assert read_json(b / "m.json")["resumed_from_step"] == 30
     assert f"warning: skipping unreadable checkpoint {newest}" in logs
     assert not stray.exists() and f"removed {stray}" in logs
@@ -196,7 +196,7 @@ def test_no_readable_checkpoint_is_an_error_unless_told_to_start_over(tmp_path):
     a.mkdir()
     status = a / "status"
     codes = run_ranks(a, args, world=2, env=clean_env(TORCHDAG_STATUS_FILE=str(status)))
-    log = output_of(a)
+    log = full_output_of(a)
     assert codes == [2, 2], log
     errors = [ln for ln in log.splitlines() if ln.startswith("[trainer] error:")]
     assert len(errors) == 1, log  # one line, from local rank 0
@@ -211,7 +211,7 @@ def test_no_readable_checkpoint_is_an_error_unless_told_to_start_over(tmp_path):
         output_of(b)
     m = read_json(b / "m.json")
     assert m["resumed_from_step"] is None and m["steps"] == 5
-    assert "--ignore-bad-checkpoints: no readable checkpoint" in output_of(b)
+    assert "--ignore-bad-checkpoints: no readable checkpoint" in full_output_of(b)
 
 
 # ------------------------------------------------------------ unit tests

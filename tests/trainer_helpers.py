@@ -137,6 +137,13 @@ def output_of(tmp: Path) -> str:
     return "\n".join(Path(p).read_text(errors="replace")[-4000:] for p in sorted(glob.glob(str(tmp / "*.log"))))
 
 
+def full_output_of(tmp: Path) -> str:
+    """Every *.log under tmp in full: what `in` assertions search. The tails
+    are not enough: a non-master agent often ends with a long store traceback
+    when the master's agent exits first, pushing earlier lines out."""
+    return "\n".join(Path(p).read_text(errors="replace") for p in sorted(glob.glob(str(tmp / "*.log"))))
+
+
 def start_nodes(tmp: Path, nnodes: int, nproc: int, train_args: list[str], launcher_args=(), legacy=False,
                 env=None, node_env=None) -> list:
     """nnodes torchrun agents on one free port, logs in tmp/node<N>.log.
