@@ -148,40 +148,32 @@ def parse_config(argv: list[str] | None = None, env: dict[str, str] | None = Non
 
 
 def pg_timeout_from_env(env) -> int:
-    raw = env.get("TORCHDAG_PG_TIMEOUT", "").strip()
-    if not raw:
-        return DEFAULT_PG_TIMEOUT_S
-    try:
-        value = int(raw)
-    except ValueError:
-        raise LaunchError(f"TORCHDAG_PG_TIMEOUT must be an integer number of seconds, got {raw!r}") from None
-    if value <= 0:
-        raise LaunchError(f"TORCHDAG_PG_TIMEOUT must be > 0, got {value}")
-    return value
+    value = _env_int(env, "TORCHDAG_PG_TIMEOUT", minimum=1)
+    return DEFAULT_PG_TIMEOUT_S if value is None else value
 
 
-def _env_count(env, name: str) -> int | None:
-    """A non-negative integer from the environment, or None when it is not set."""
+def _env_int(env, name: str, minimum: int = 0) -> int | None:
+    """An integer >= minimum from the environment, or None when it is not set."""
     raw = env.get(name, "").strip()
     if not raw:
         return None
     try:
         value = int(raw)
     except ValueError:
-        raise LaunchError(f"{name} must be a non-negative integer, got {raw!r}") from None
-    if value < 0:
-        raise LaunchError(f"{name} must be >= 0, got {value}")
+        raise LaunchError(f"{name} must be an integer (at least {minimum}), got {raw!r}") from None
+    if value < minimum:
+        raise LaunchError(f"{name} must be >= {minimum}, got {value}")
     return value
 
 
 def restart_from_env(env) -> int:
     """TORCHDAG_RESTART: the rendered Workflow's whole-job attempt (0 first, 1.. on retries); absent = 0."""
-    return _env_count(env, "TORCHDAG_RESTART") or 0
+    return _env_int(env, "TORCHDAG_RESTART") or 0
 
 
 def node_rank_from_env(env=None) -> int | None:
     """torchrun's GROUP_RANK (the node rank), or None when it is not set."""
-    return _env_count(os.environ if env is None else env, "GROUP_RANK")
+    return _env_int(os.environ if env is None else env, "GROUP_RANK")
 
 
 def expand_checkpoint_dir(template: str, env=None) -> str:

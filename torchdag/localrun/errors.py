@@ -7,6 +7,15 @@ from ..problems import TorchdagError
 EXIT_OK, EXIT_FAILED, EXIT_INVALID, EXIT_REFUSED, EXIT_TIMEOUT, EXIT_INTERRUPTED = 0, 1, 2, 3, 124, 130
 
 
+def stopped_code(interrupted: bool, timed_out: bool) -> int | None:
+    """The status of a run that was stopped (an interrupt wins over a timeout), or None."""
+    if interrupted:
+        return EXIT_INTERRUPTED
+    if timed_out:
+        return EXIT_TIMEOUT
+    return None
+
+
 class LocalRunError(TorchdagError):
     """The Workflow cannot be run here as written. `exit_code` is 3 (refused: it cannot
     run faithfully on this machine) or 2 (invalid: Argo would refuse it too); `lines()`

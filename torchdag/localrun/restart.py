@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
-from .errors import EXIT_INTERRUPTED, EXIT_TIMEOUT
+from .errors import stopped_code
 from .prepare import Job
 from .retry import RetryPolicy
 from .supervise import Outcome, Supervisor, TaskResult
@@ -51,11 +51,8 @@ class JobOutcome:
 
     @property
     def code(self) -> int:
-        if self.interrupted:
-            return EXIT_INTERRUPTED
-        if self.timed_out:
-            return EXIT_TIMEOUT
-        return self.last.code
+        stopped = stopped_code(self.interrupted, self.timed_out)  # during a backoff wait
+        return self.last.code if stopped is None else stopped
 
 
 class JobRunner:

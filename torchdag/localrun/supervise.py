@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, TextIO
 
-from .errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_TIMEOUT
+from .errors import EXIT_FAILED, EXIT_OK, stopped_code
 from .prepare import LocalTask
 from .procs import MARKER_ENV, ProcessTree, process_table
 from .report import loss_value
@@ -65,10 +65,9 @@ class Outcome:
 
     @property
     def code(self) -> int:
-        if self.interrupted:
-            return EXIT_INTERRUPTED
-        if self.timed_out:
-            return EXIT_TIMEOUT
+        stopped = stopped_code(self.interrupted, self.timed_out)
+        if stopped is not None:
+            return stopped
         return EXIT_OK if all(r.returncode == 0 for r in self.results) else EXIT_FAILED
 
     def result(self, name: str) -> TaskResult:
