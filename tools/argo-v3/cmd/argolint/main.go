@@ -14,8 +14,9 @@ import (
 	"torchdag/tools/argolint-report"
 )
 
-// argoVersion is the release go.mod pins; the Makefile checks the two agree.
-const argoVersion = "v3.7.18"
+// argoModule is the Argo module whose validator this is; its version (pinned in go.mod)
+// is read from the binary's build information.
+const argoModule = "github.com/argoproj/argo-workflows/v3"
 
 func lintFiles(files []string) ([]report.Result, error) {
 	// Problems come back as values; Argo's own log lines would only repeat them.
@@ -58,5 +59,5 @@ func lintFiles(files []string) ([]report.Result, error) {
 }
 
 func main() {
-	os.Exit(report.Main(argoVersion, lintFiles, os.Args[1:], os.Stdout, os.Stderr))
+	os.Exit(report.Main(report.ModuleVersion(argoModule), lintFiles, os.Args[1:], os.Stdout, os.Stderr))
 }

@@ -16,8 +16,9 @@ import (
 	"torchdag/tools/argolint-report"
 )
 
-// argoVersion is the release go.mod pins; the Makefile checks the two agree.
-const argoVersion = "v4.0.5"
+// argoModule is the Argo module whose validator this is; its version (pinned in go.mod)
+// is read from the binary's build information.
+const argoModule = "github.com/argoproj/argo-workflows/v4"
 
 func lintFiles(files []string) ([]report.Result, error) {
 	// Argo's packages take their logger from the context and panic without one; problems
@@ -62,5 +63,5 @@ func lintFiles(files []string) ([]report.Result, error) {
 }
 
 func main() {
-	os.Exit(report.Main(argoVersion, lintFiles, os.Args[1:], os.Stdout, os.Stderr))
+	os.Exit(report.Main(report.ModuleVersion(argoModule), lintFiles, os.Args[1:], os.Stdout, os.Stderr))
 }
