@@ -31,6 +31,9 @@ var lintedKinds = map[string]bool{
 	"Workflow": true, "WorkflowTemplate": true, "ClusterWorkflowTemplate": true, "CronWorkflow": true,
 }
 
+// unparsedFile is how Argo's offline client words a file it cannot decode.
+var unparsedFile = regexp.MustCompile(`^failed to parse YAML from file (.*?): `)
+
 // documentSeparator is the one Argo's own parser splits on (workflow/common/parse.go).
 var documentSeparator = regexp.MustCompile(`\n---`)
 
@@ -96,7 +99,8 @@ func Main(argoVersion string, lint Linter, args []string, stdout, stderr io.Writ
 	results, err := lint(files)
 	if err != nil {
 		// Argo's offline client reads every file first; a file it cannot parse ends it there.
-		fmt.Fprintf(stdout, "%s\n", oneLine(err))
+		// Its message names the file in a sentence; print it as every other problem.
+		fmt.Fprintf(stdout, "%s\n", unparsedFile.ReplaceAllString(oneLine(err), "$1: "))
 		return 1
 	}
 	for _, r := range results {
