@@ -207,8 +207,9 @@ def test_kube_expand_rules():
     }
     for raw, expanded in cases.items():
         assert kube_expand(raw, env) == expanded, raw
-    # Go appends string(byte) after a lone `$`: a non-ASCII lead byte becomes a code point.
-    assert kube_expand("$é", env).encode("utf-8", "surrogateescape") == b"$\xc3\x83\xa9"
+    # Kubernetes 1.37 reads the whole character after a lone `$` (older releases re-encoded
+    # a non-ASCII lead byte as a code point); tests/test_expand_oracle.py runs the Go code.
+    assert kube_expand("$é", env) == "$é"
 
 
 def test_kube_env_sees_only_earlier_entries():

@@ -4,7 +4,7 @@
    once, left to right; a replaced value is never scanned again (fasttemplate), and an
    unknown tag fails the workflow ("failed to resolve {{...}}").
 2. Kubernetes (kubelet side): `$(NAME)` in env values, command and args; a port of
-   third_party/forked/golang/expansion/expand.go, byte for byte, quirks included.
+   third_party/forked/golang/expansion/expand.go (k8s.io/kubernetes v1.37).
 """
 
 from __future__ import annotations
@@ -31,47 +31,31 @@ def argo_substitute(text: str, scope: Mapping[str, str]) -> str:
     return ARGO_TAG.sub(replace, text)
 
 
-_OPERATOR, _OPENER, _CLOSER = ord("$"), ord("("), ord(")")
-
-
 def kube_expand(value: str, lookup: Callable[[str], str | None]) -> str:
-    """Kubernetes' `$(VAR)` expansion: `$$` -> `$`; `$(NAME)` -> lookup(NAME), or kept
-    as written when NAME is unknown; any other `$` is kept.
-
-    Works on UTF-8 bytes like the Go original. One quirk is kept on purpose: for `$`
-    followed by a byte that starts neither `$` nor `(`, Go appends string(byte), which
-    re-encodes a non-ASCII lead byte as a code point ("$é" -> "$Ã\\xa9"). render.py
-    escapes every user `$` as `$$`, so rendered strings never reach that branch.
-    """
-    data = value.encode("utf-8", "surrogateescape")
-    out = bytearray()
-    checkpoint = 0
-    cursor = 0
-    while cursor < len(data):
-        if data[cursor] == _OPERATOR and cursor + 1 < len(data):
-            out += data[checkpoint:cursor]
-            rest = data[cursor + 1:]
-            if rest[0] == _OPERATOR:  # escaped operator
-                read, is_var, advance = rest[:1], False, 1
-            elif rest[0] == _OPENER:
-                close = rest.find(b")", 1)
-                if close >= 1:
-                    read, is_var, advance = rest[1:close], True, close + 1
-                else:  # incomplete reference: "$(" kept, the rest copied as is
-                    read, is_var, advance = b"$(", False, 1
-            else:
-                read, is_var, advance = b"$" + chr(rest[0]).encode("utf-8"), False, 1
-            if is_var:
-                name = read.decode("utf-8", "surrogateescape")
+    """Kubernetes' `$(VAR)` expansion (third_party/forked/golang/expansion/expand.go):
+    `$$` -> `$`; `$(NAME)` -> lookup(NAME), or kept as written when NAME is unknown; an
+    unclosed `$(` and any other `$` are kept. Operators are ASCII, so working on characters
+    is working on Go's bytes and runes (tests/test_expand_oracle.py holds this against
+    the Go code itself)."""
+    out = []
+    checkpoint = cursor = 0
+    while cursor < len(value):
+        if value[cursor] == "$" and cursor + 1 < len(value):
+            out.append(value[checkpoint:cursor])
+            following = value[cursor + 1]
+            close = value.find(")", cursor + 2) if following == "(" else -1
+            if close >= 0:
+                name = value[cursor + 2:close]
                 found = lookup(name)
-                out += (found if found is not None else f"$({name})").encode("utf-8", "surrogateescape")
-            else:
-                out += read
-            cursor += advance
+                out.append(found if found is not None else f"$({name})")
+                cursor = close
+            else:  # `$$` is one `$`; `$(` without `)` and `$x` stay as written
+                out.append("$" if following == "$" else "$" + following)
+                cursor += 1
             checkpoint = cursor + 1
         cursor += 1
-    out += data[checkpoint:]
-    return out.decode("utf-8", "surrogateescape")
+    out.append(value[checkpoint:])
+    return "".join(out)
 
 
 def kube_container_env(env: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
