@@ -178,4 +178,14 @@ BAD_CASES = [
     _raw("delete-character", "env.NOTE", "contains a control character", "port: 25195", 'port: 25195\nenv: {NOTE: "x\\x7f"}'),
     _case("arg-over-linux-limit", "args[0]", "Linux refuses a single argument over 131071 bytes", _set("args", ["x" * 140000])),
     _case("kueue-without-queue", "scheduling.queue", "must name the Kueue LocalQueue", _set("scheduling", {"gang": "kueue"})),
+    # Rules the schema states (x-rule): render.py words them, helm names the field
+    _case("rbac-create-without-service-account", "serviceAccountName", "must be set when rbac.create or rbac.createServiceAccount is true",
+          _set("rbac", {"create": True})),
+    _case("executor-token-without-account", "executorServiceAccountName", "must be set when automountServiceAccountToken is false",
+          _set("automountServiceAccountToken", False)),
+    _case("gang-without-token", "automountServiceAccountToken", "must stay true with a gang scheduler",
+          _all(_set("automountServiceAccountToken", False), _set("executorServiceAccountName", "argo-executor"),
+               _set("scheduling", {"gang": "volcano"}))),
+    _case("extra-args-override-master", "launcher.extraArgs[0]", "'--master-addr=10.0.0.9' sets a launcher flag torchdag plans",
+          _set("launcher", {"extraArgs": ["--master-addr=10.0.0.9"]})),
 ]

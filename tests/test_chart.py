@@ -245,7 +245,8 @@ def test_workflow_is_named_after_the_release(helm):
     ('args: ["ok", "a\\u0000b"]', "args[1]: contains a NUL character"),
     ('annotations: {"team": "a {{x}}"}', 'annotations.team: "a {'),
     ('env: {A: "' + "x" * 100 + '{{"}', 'env.A: "' + "x" * 76 + '... contains'),  # cut like render.py
-    ("rbac: {createServiceAccount: true}", "serviceAccountName: must be set when rbac.createServiceAccount is true"),
+    # a rule the schema states (x-rule rbac-service-account): helm names the field, render.py words it
+    ("rbac: {createServiceAccount: true}", "at '/serviceAccountName'"),
 ])
 def test_chart_rejections_name_the_field(helm, tmp_path, extra, message):
     result = helm_template(helm, values_file(tmp_path, extra))
@@ -254,10 +255,13 @@ def test_chart_rejections_name_the_field(helm, tmp_path, extra, message):
 
 
 def test_all_problems_are_reported_at_once(helm, tmp_path):
-    path = values_file(tmp_path, "env: {RANK: '1', WORLD_SIZE: '2'}\nbackend: nccl\n")
-    stderr = helm_template(helm, path).stderr
+    # Helm checks the schema (and the rules it states) first, then the templates check theirs.
+    stderr = helm_template(helm, values_file(tmp_path, "env: {RANK: '1', WORLD_SIZE: '2'}\nbackend: nccl\n")).stderr
+    assert "invalid propertyName 'RANK'" in stderr and "invalid propertyName 'WORLD_SIZE'" in stderr
+    volumes = "volumes: [{name: a, mountPath: /d, hostPath: {path: /x}}, {name: b, mountPath: /d/, hostPath: {path: /y}}]"
+    stderr = helm_template(helm, values_file(tmp_path, f"{volumes}\nbackend: nccl\nannotations: {{a: '{'x' * 262144}'}}\n")).stderr
     assert "invalid values (3 problems)" in stderr
-    assert "env.RANK:" in stderr and "env.WORLD_SIZE:" in stderr and "backend: nccl needs GPU nodes (device cuda)" in stderr
+    assert "volumes[1].mountPath: " in stderr and "annotations: hold" in stderr and "backend: nccl needs GPU nodes (device cuda)" in stderr
 
 
 # --- optional RBAC ------------------------------------------------------------------------------
@@ -286,7 +290,7 @@ def test_rbac_objects_when_enabled(helm, tmp_path):
 def test_role_is_never_bound_to_the_default_service_account_silently(helm, tmp_path):
     result = helm_template(helm, values_file(tmp_path, "rbac: {create: true}\n"))
     assert result.returncode != 0
-    assert "serviceAccountName: must be set when rbac.create is true" in result.stderr
+    assert "at '/serviceAccountName'" in result.stderr  # render.py's wording: tests/bad_cases.py
 
 
 def test_role_binds_the_named_service_account_and_legacy_adds_pods(helm, tmp_path):

@@ -16,6 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from chart_helpers import REPO, RELEASE, VALUES_FILES, chart_workflow, helm_template, render_py_workflow
+from torchdag.catalog import accelerator, accelerator_kinds, catalog, hccl_limit
 from torchdag.validate import BUILTIN_VOLUMES, RESERVED_ENV
 
 
@@ -74,7 +75,12 @@ quantity = st.one_of(
 )
 cpu_memory = st.fixed_dictionaries({}, optional={"cpu": quantity, "memory": quantity})
 resources = st.fixed_dictionaries({}, optional={"requests": cpu_memory, "limits": cpu_memory})
-ACCELERATORS = ["ascend310p", "ascend310", "ascend910", "nvidia", "cpu"]
+# The kinds come from the catalogue: a new kind is drawn without touching this file.
+ACCELERATORS = accelerator_kinds()
+# Kinds whose nodes one backend can span whatever their number (catalogue `backends` and `hcclLimits`).
+SPANNING = {backend: [kind for kind in ACCELERATORS if accelerator(kind)["device"] in rules.get("devices", [])
+                      and not (rules.get("cardLimits") and hccl_limit(kind, 2, True))]
+            for backend, rules in catalog()["backends"].items() if rules.get("devices")}
 
 
 # Sections (objects whose keys have defaults). Both renderers refuse a null section (see
@@ -99,10 +105,8 @@ def nodes_strategy(draw, backend: str) -> list[dict]:
     count = draw(st.integers(1, 16))
     if backend == "gloo":
         kinds = draw(st.lists(st.sampled_from(ACCELERATORS), min_size=count, max_size=count))
-    elif backend == "hccl":  # HCCL spans servers on the training series only (catalogue `hccl`)
-        kinds = ["ascend910"] * count
-    elif backend == "nccl":
-        kinds = ["nvidia"] * count
+    elif backend in SPANNING:  # e.g. HCCL spans servers on the training series only (catalogue `hccl`)
+        kinds = [draw(st.sampled_from(SPANNING[backend]))] * count
     else:  # auto: one kind only
         kinds = [draw(st.sampled_from(ACCELERATORS))] * count
     master = draw(st.one_of(st.none(), st.integers(0, count - 1)))

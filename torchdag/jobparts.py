@@ -4,7 +4,7 @@ takes the valid, default-filled values and returns what the templates print."""
 
 from __future__ import annotations
 
-from .catalog import catalog, resource_name
+from .catalog import catalog, fill, resource_name
 from .yamlout import dollar_escape, quantity, quote
 
 
@@ -13,10 +13,9 @@ def volumes(values: dict, mounts_driver: bool) -> list[dict]:
     if values.get("shmSize"):
         out.append({"name": catalog()["shmVolume"]["name"], "emptyDir": {"medium": "Memory", "sizeLimit": quantity(values["shmSize"])}})
     if mounts_driver:
-        driver = (values.get("ascend") or {}).get("driverPath") or "/usr/local/Ascend/driver"
-        driver = driver.rstrip("/")
+        driver = values["ascend"]["driverPath"].rstrip("/")  # the schema's default, or the user's
         for mount in catalog()["ascendMounts"]:
-            out.append({"name": mount["name"], "hostPath": {"path": mount["hostPath"].replace("{driver}", driver), "type": mount["type"]}})
+            out.append({"name": mount["name"], "hostPath": {"path": fill(mount["hostPath"], {"driver": driver}), "type": mount["type"]}})
     for volume in values.get("volumes") or []:
         if volume.get("hostPath"):
             host = {"path": volume["hostPath"]["path"]}

@@ -10,6 +10,7 @@ from typing import Any, Iterator
 
 import jsonschema
 
+from .catalog import fill
 from .problems import Problem
 from .values import load_schema
 
@@ -50,19 +51,41 @@ def show(value: Any) -> str:
     return text if len(text) <= 80 else text[:77] + "..."
 
 
+def _rule_message(error: jsonschema.ValidationError) -> str | None:
+    """The `x-message` of the innermost subschema on the failed keyword's way from the root
+    (a rule the schema states, `x-rule`), filled with the value as `{value}`; or None."""
+    node: Any = load_schema()
+    message = None
+    for part in [*error.schema_path, None]:
+        while isinstance(node, dict) and part not in node and "$ref" in node:  # a $ref the path leaves out
+            node = load_schema()["$defs"][node["$ref"].split("/")[-1]]
+        if isinstance(node, dict) and "x-message" in node:
+            message = node["x-message"]
+        if part == "if":  # jsonschema records `then` and `else` under the `if` beside them
+            continue
+        try:
+            node = node[part]
+        except (KeyError, IndexError, TypeError):
+            break  # the end of the path, or one this walk cannot follow
+    return fill(message, {"value": show(error.instance)}) if message else None
+
+
 def _explain(error: jsonschema.ValidationError) -> Iterator[Problem]:
     path = tuple(error.absolute_path)
     kind = error.validator
     schema = error.schema if isinstance(error.schema, dict) else {}
     allowed = schema.get("x-allowed")
     value = error.instance
+    rule = _rule_message(error)
     if "propertyNames" in error.schema_path:
         # jsonschema reports a bad key at its object's path with the key as the instance.
-        yield Problem(path + (value,), f"key {show(value)} is not {allowed or 'allowed here'}")
+        yield Problem(path + (value,), rule or f"key {show(value)} is not {allowed or 'allowed here'}")
         return
     if kind == "required":
         missing = error.message.split("'")[1]
-        yield Problem(path + (missing,), "is required")
+        yield Problem(path + (missing,), rule or "is required")
+    elif rule:
+        yield Problem(path, rule)
     elif kind == "additionalProperties":
         known = sorted(schema.get("properties", {}))
         for key in sorted(set(value) - set(known)):

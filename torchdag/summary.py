@@ -29,7 +29,8 @@ def summary_lines(plan: Plan, short: bool = False) -> list[str]:
     if pg_timeout and any(catalog.is_ascend(shape.accelerator) for shape in plan.shapes):
         hccl = catalog.hccl_exec_timeout(pg_timeout)
         if hccl != int(pg_timeout):
-            lines.append(f"HCCL_EXEC_TIMEOUT: {hccl} s (timeouts.processGroup {int(pg_timeout)} s, as CANN reads it: a multiple of 68, at most 17340)")
+            note = catalog.catalog()["hcclExecTimeout"]
+            lines.append(catalog.fill(note["note"], {**note, "seconds": hccl, "given": int(pg_timeout)}))
     header = ("rank", "node", "address", "nic", "accelerator", "devices", "template")
     rows = [
         (str(node.rank), node.name, node.address, node.nic or "-", node.accelerator, str(node.devices), node.shape.name)

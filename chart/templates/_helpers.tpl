@@ -34,24 +34,16 @@ app.kubernetes.io/managed-by: {{ .Release.Service | quote }}
 {{- end -}}
 
 {{/*
-A Kubernetes quantity as a string, like plan.quantity() (Python's str()): strings verbatim;
+A Kubernetes quantity as a string, like yamlout.quantity() (Python's str()): strings verbatim;
 whole numbers as integers (4.0 -> "4"; %.0f is exact at any size); below 1e-4 Python
 switches to exponent form ("1e-05") as Go's %v does; otherwise fixed notation with the
 shortest round-tripping digits, which is how Go's JSON encoder prints it.
 */}}
 {{- define "torchdag.quantity" -}}
-{{- if kindIs "string" . -}}
-{{- . -}}
-{{- else -}}
-{{- $number := float64 . -}}
-{{- if eq $number (floor $number) -}}
-{{- if eq $number 0.0 }}0{{ else }}{{ printf "%.0f" $number }}{{ end -}}
-{{- else if lt $number 0.0001 -}}
-{{- printf "%v" $number -}}
-{{- else -}}
-{{- toJson $number -}}
-{{- end -}}
-{{- end -}}
+{{- if kindIs "string" . }}{{ . }}
+{{- else if eq (float64 .) (floor (float64 .)) }}{{ ternary "0" (printf "%.0f" (float64 .)) (eq (float64 .) 0.0) }}
+{{- else if lt (float64 .) 0.0001 }}{{ printf "%v" (float64 .) }}
+{{- else }}{{ toJson (float64 .) }}{{ end -}}
 {{- end -}}
 
 {{/* yamlout.toleration(): one toleration as a flow mapping; the schema fixes its fields. */}}
@@ -59,14 +51,47 @@ shortest round-tripping digits, which is how Go's JSON encoder prints it.
 {{- $toleration := . -}}
 {{- $fields := list -}}
 {{- range $key := list "key" "operator" "value" "effect" -}}
-{{- if hasKey $toleration $key -}}
-{{- $fields = append $fields (printf "%s: %s" $key (toJson (index $toleration $key))) -}}
+{{- if hasKey $toleration $key }}{{ $fields = append $fields (printf "%s: %s" $key (toJson (index $toleration $key))) }}{{ end -}}
 {{- end -}}
-{{- end -}}
-{{- if hasKey $toleration "tolerationSeconds" -}}
-{{- $fields = append $fields (printf "tolerationSeconds: %d" (int64 $toleration.tolerationSeconds)) -}}
-{{- end -}}
+{{- if hasKey $toleration "tolerationSeconds" }}{{ $fields = append $fields (printf "tolerationSeconds: %d" (int64 $toleration.tolerationSeconds)) }}{{ end -}}
 {{- printf "{%s}" (join ", " $fields) -}}
+{{- end -}}
+
+{{/* catalog.fill(): `{name}` replaced by .fields.name in one pass (a filled value is never read
+again); names not in .fields stay as written. Takes (dict "text" "fields"). */}}
+{{- define "torchdag.fill" -}}
+{{- $parts := splitList "{" .text -}}
+{{- first $parts -}}
+{{- range rest $parts -}}
+{{- $field := splitn "}" 2 . -}}
+{{- if and (contains "}" .) (hasKey $.fields $field._0) }}{{ index $.fields $field._0 }}{{ $field._1 }}{{ else }}{{ printf "{%s" . }}{{ end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* catalog.items(): a conditional list of the catalogue (strings, or {value, if, unless}: kept
+when every fact in `if` holds and none in `unless`), filled from .facts, as JSON. Takes (dict "items" "facts"). */}}
+{{- define "torchdag.items" -}}
+{{- $out := list -}}
+{{- range $item := .items -}}
+{{- $entry := ternary (dict "value" $item) $item (kindIs "string" $item) -}}
+{{- $on := true -}}
+{{- range $entry.if }}{{ if not (index $.facts .) }}{{ $on = false }}{{ end }}{{ end -}}
+{{- range $entry.unless }}{{ if index $.facts . }}{{ $on = false }}{{ end }}{{ end -}}
+{{- if and $on (kindIs "string" $entry.value) -}}
+{{- $out = append $out (include "torchdag.fill" (dict "text" $entry.value "fields" $.facts)) -}}
+{{- else if $on -}}
+{{- $filled := list -}}
+{{- range $entry.value }}{{ $filled = append $filled (include "torchdag.fill" (dict "text" . "fields" $.facts)) }}{{ end -}}
+{{- $out = append $out $filled -}}
+{{- end -}}
+{{- end -}}
+{{- toJson $out -}}
+{{- end -}}
+
+{{/* catalog.problem(): "path: message" of a rule coded in both validators, worded by the
+catalogue's `messages`. Takes (list $catalog "rule-id" "path" (dict fields)). */}}
+{{- define "torchdag.problem" -}}
+{{- printf "%s: %s" (index . 2) (include "torchdag.fill" (dict "text" (index (index . 0).messages (index . 1)) "fields" (index . 3))) -}}
 {{- end -}}
 
 {{/*
@@ -82,17 +107,12 @@ are printed as they are computed: collecting them in a list would be quadratic.
 {{- $count := len $plan.nodes -}}
 {{- $pg := $v.timeouts.processGroup -}}
 {{- $ascend := false -}}
-{{- range $plan.shapes -}}
-{{- if (index $plan.catalog.devices .device).ascend -}}
-{{- $ascend = true -}}
-{{- end -}}
-{{- end -}}
+{{- range $plan.shapes }}{{ if (index $plan.catalog.devices .device).ascend }}{{ $ascend = true }}{{ end }}{{ end -}}
 {{- $hcclLine := "" -}}
 {{- if and $pg $ascend -}}
 {{- $hccl := include "torchdag.hcclExecTimeout" (dict "catalog" $plan.catalog "seconds" $pg) -}}
-{{- if ne $hccl (printf "%d" (int64 $pg)) -}}
-{{- $hcclLine = printf "HCCL_EXEC_TIMEOUT: %s s (timeouts.processGroup %d s, as CANN reads it: a multiple of 68, at most 17340)" $hccl (int64 $pg) -}}
-{{- end -}}
+{{- $note := merge (dict "seconds" $hccl "given" (printf "%d" (int64 $pg))) $plan.catalog.hcclExecTimeout -}}
+{{- if ne $hccl $note.given }}{{ $hcclLine = include "torchdag.fill" (dict "text" $note.note "fields" $note) }}{{ end -}}
 {{- end -}}
 {{- $short := and .short (gt $count 8) -}}
 {{- $widths := dict "rank" 4 "node" 4 "address" 7 "nic" 3 "accelerator" 11 "devices" 7 "template" 8 -}}
@@ -137,23 +157,3 @@ none
 {{- end -}}
 {{- end -}}
 
-{{/* plan._container_security, printed at a container's indentation. Takes $plan.security. */}}
-{{- define "torchdag.containerSecurity" }}
-      securityContext:
-        allowPrivilegeEscalation: {{ toJson .allowPrivilegeEscalation }}
-        {{- with .capabilities }}
-        capabilities:
-          {{- range $part := list "drop" "add" }}
-          {{- with index $.capabilities $part }}
-          {{ $part }}:
-          {{- range . }}
-          - {{ toJson . }}
-          {{- end }}
-          {{- end }}
-          {{- end }}
-        {{- end }}
-        {{- with .seccompProfile }}
-        seccompProfile:
-          type: {{ toJson . }}
-        {{- end }}
-{{- end -}}
