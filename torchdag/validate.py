@@ -201,30 +201,29 @@ def _size_problems(values: dict) -> list[Problem]:
 
 
 def _volume_problems(values: dict) -> list[Problem]:
-    """Rules volume-duplicate-name, volume-on-shm, volume-on-driver, volume-duplicate-mount."""
+    """Rules volume-duplicate-name, volume-on-shm, volume-on-driver, volume-duplicate-mount:
+    each mount path (in canonical form) is taken once, by torchdag's own volumes first."""
     problems = []
-    driver_mounts = {}
+    taken: dict[str, tuple[str, dict]] = {}  # mount path -> (the rule a second claim breaks, its fields)
+    if values.get("shmSize"):
+        taken[catalog.catalog()["shmVolume"]["mountPath"]] = ("volume-on-shm", {})
     if _section(values, "ascend").get("mountDriver") and any(catalog.is_ascend(kind) for _, kind in _kinds(values)):
-        driver_mounts = {m["mountPath"]: m["name"] for m in catalog.catalog()["ascendMounts"]}
-    shm = catalog.catalog()["shmVolume"]["mountPath"]
-    seen_volumes: dict[str, int] = {}
-    seen_mounts: dict[str, int] = {}
+        taken.update({m["mountPath"]: ("volume-on-driver", {"mount": m["name"]}) for m in catalog.catalog()["ascendMounts"]})
+    names: dict[str, int] = {}
     for index, volume in _dicts(values.get("volumes")):
         name, mount_path = _text(volume.get("name")), _text(volume.get("mountPath"))
-        if name is not None:
-            if name in seen_volumes:
-                problems.append(problem("volume-duplicate-name", ("volumes", index, "name"), shown=show(name), first=seen_volumes[name]))
-            seen_volumes.setdefault(name, index)
+        if name in names:
+            problems.append(problem("volume-duplicate-name", ("volumes", index, "name"), shown=show(name), first=names[name]))
+        elif name is not None:
+            names[name] = index
         if mount_path is None or not mount_path.startswith("/"):
             continue
-        mount, path, shown = clean_path(mount_path), ("volumes", index, "mountPath"), show(mount_path)
-        if mount == shm and values.get("shmSize"):
-            problems.append(problem("volume-on-shm", path, shown=shown))
-        elif mount in driver_mounts:
-            problems.append(problem("volume-on-driver", path, shown=shown, mount=driver_mounts[mount]))
-        elif mount in seen_mounts:
-            problems.append(problem("volume-duplicate-mount", path, shown=shown, first=seen_mounts[mount]))
-        seen_mounts.setdefault(mount, index)
+        mount = clean_path(mount_path)
+        if mount in taken:
+            rule, fields = taken[mount]
+            problems.append(problem(rule, ("volumes", index, "mountPath"), shown=show(mount_path), **fields))
+        else:
+            taken[mount] = ("volume-duplicate-mount", {"first": index})
     return problems
 
 

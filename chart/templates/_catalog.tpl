@@ -368,7 +368,6 @@ The catalogue as JSON; read it with `include "torchdag.catalog" . | fromJson`. *
   },
   "hcclExecTimeout": {
     "max": 17340,
-    "note": "HCCL_EXEC_TIMEOUT: {seconds} s (timeouts.processGroup {given} s, as CANN reads it: a multiple of {step}, at most {max})",
     "step": 68
   },
   "hcclLimits": {
@@ -727,6 +726,27 @@ The catalogue as JSON; read it with `include "torchdag.catalog" . | fromJson`. *
   "shmVolume": {
     "mountPath": "/dev/shm",
     "name": "dshm"
+  },
+  "summary": {
+    "gang": {
+      "none": "none",
+      "some": "{gang} ({queue}placed within {timeout} s or stopped)"
+    },
+    "lines": [
+      "torchdag job {name}: {count} node(s), world size {worldSize}, backend {backend} ({reason})",
+      "master: {master} (rank 0) at {address}:{port}",
+      "gang scheduling: {gang}; whole-job restarts: {restarts}",
+      {
+        "if": [
+          "hcclRounded"
+        ],
+        "value": "HCCL_EXEC_TIMEOUT: {hcclExecTimeout} s (timeouts.processGroup {pgTimeout} s, as CANN reads it: a multiple of {step}, at most {max})"
+      }
+    ],
+    "queue": {
+      "none": "",
+      "some": "queue {queue}, "
+    }
   }
 }
 {{- end -}}

@@ -106,14 +106,14 @@ are printed as they are computed: collecting them in a list would be quadratic.
 {{- $prefix := .prefix -}}
 {{- $count := len $plan.nodes -}}
 {{- $pg := $v.timeouts.processGroup -}}
-{{- $ascend := false -}}
-{{- range $plan.shapes }}{{ if (index $plan.catalog.devices .device).ascend }}{{ $ascend = true }}{{ end }}{{ end -}}
-{{- $hcclLine := "" -}}
-{{- if and $pg $ascend -}}
-{{- $hccl := include "torchdag.hcclExecTimeout" (dict "catalog" $plan.catalog "seconds" $pg) -}}
-{{- $note := merge (dict "seconds" $hccl "given" (printf "%d" (int64 $pg))) $plan.catalog.hcclExecTimeout -}}
-{{- if ne $hccl $note.given }}{{ $hcclLine = include "torchdag.fill" (dict "text" $note.note "fields" $note) }}{{ end -}}
-{{- end -}}
+{{- $texts := $plan.catalog.summary -}}
+{{- $scheduling := $v.scheduling -}}
+{{- $gang := dict "gang" $scheduling.gang "timeout" (printf "%d" (int64 $scheduling.timeout)) "queue" (include "torchdag.fill" (dict "text" (ternary $texts.queue.some $texts.queue.none (not (empty $scheduling.queue))) "fields" $scheduling)) -}}
+{{- $hccl := ternary "0" (include "torchdag.hcclExecTimeout" (dict "catalog" $plan.catalog "seconds" $pg)) (empty $pg) -}}
+{{- $facts := dict "name" $v.name "count" $count "worldSize" $plan.worldSize "backend" $plan.backend "reason" $plan.backendReason "master" $plan.master.name "address" $plan.master.address "port" (int64 $v.port) -}}
+{{- $_ := merge $facts (dict "gang" (include "torchdag.fill" (dict "text" (ternary $texts.gang.none $texts.gang.some (eq $scheduling.gang "none")) "fields" $gang)) "restarts" (int64 $v.failurePolicy.maxRestarts) "hcclExecTimeout" $hccl "pgTimeout" (int64 $pg)) -}}
+{{- $_ := merge $facts (dict "step" (int64 $plan.catalog.hcclExecTimeout.step) "max" (int64 $plan.catalog.hcclExecTimeout.max)) -}}
+{{- range $plan.shapes }}{{ if and $pg (index $plan.catalog.devices .device).ascend (ne $hccl (printf "%d" (int64 $pg))) }}{{ $_ := set $facts "hcclRounded" true }}{{ end }}{{ end -}}
 {{- $short := and .short (gt $count 8) -}}
 {{- $widths := dict "rank" 4 "node" 4 "address" 7 "nic" 3 "accelerator" 11 "devices" 7 "template" 8 -}}
 {{- range $key, $node := $plan.nodes -}}
@@ -124,11 +124,8 @@ are printed as they are computed: collecting them in a list would be quadratic.
 {{- end -}}
 {{- end -}}
 {{- $row := printf "%%*s  %%-*s  %%-*s  %%-*s  %%-*s  %%-*s  %%s" -}}
-{{- printf "%storchdag job %s: %d node(s), world size %d, backend %s (%s)" $prefix $v.name $count $plan.worldSize $plan.backend $plan.backendReason }}
-{{ printf "%smaster: %s (rank 0) at %s:%d" $prefix $plan.master.name $plan.master.address (int64 $v.port) }}
-{{ printf "%sgang scheduling: %s; whole-job restarts: %d" $prefix (include "torchdag.gangText" $v.scheduling) (int64 ($v.failurePolicy.maxRestarts | default 0)) }}
-{{- with $hcclLine }}
-{{ $prefix }}{{ . }}
+{{- range $index, $line := include "torchdag.items" (dict "items" $texts.lines "facts" $facts) | fromJsonArray }}
+{{- if $index }}{{ "\n" }}{{ end }}{{ $prefix }}{{ $line }}
 {{- end }}
 {{ $prefix }}{{ regexReplaceAll " +$" (printf $row (int $widths.rank) "rank" (int $widths.node) "node" (int $widths.address) "address" (int $widths.nic) "nic" (int $widths.accelerator) "accelerator" (int $widths.devices) "devices" "template") "" }}
 {{- range $key, $node := $plan.nodes }}
@@ -145,15 +142,5 @@ are printed as they are computed: collecting them in a list would be quadratic.
 {{- define "torchdag.summaryComment" -}}
 {{ include "torchdag.summary" (dict "plan" .plan "values" .values "short" false "prefix" "# ") }}
 # Rendered by torchdag: edit the values file, not this file.
-{{- end -}}
-
-{{/* summary._gang_text: the gang line of the summary. Takes .Values.scheduling. */}}
-{{- define "torchdag.gangText" -}}
-{{- $gang := .gang | default "none" -}}
-{{- if eq $gang "none" -}}
-none
-{{- else -}}
-{{- printf "%s (%splaced within %d s or stopped)" $gang (ternary (printf "queue %s, " .queue) "" (ne (.queue | default "") "")) (int64 .timeout) -}}
-{{- end -}}
 {{- end -}}
 

@@ -87,33 +87,23 @@ Usage: include "torchdag.validate" (dict "root" $ "catalog" $catalog)
 {{- $problems = append $problems (include "torchdag.problem" (list $cat "annotations-too-large" "annotations" (dict "bytes" $annotationBytes "limit" (int $cat.limits.annotationBytes)))) -}}
 {{- end -}}
 
-{{- /* rules volume-*: names and mount paths torchdag's own volumes or other volumes hold */ -}}
-{{- $driverMounts := dict -}}
+{{- /* rules volume-*: each mount path (in canonical form) is taken once, by torchdag's own volumes first */ -}}
+{{- $taken := dict -}}
+{{- if $v.shmSize }}{{ $_ := set $taken $cat.shmVolume.mountPath (dict "rule" "volume-on-shm") }}{{ end -}}
 {{- range $node := $v.nodes -}}
 {{- if and (index $cat.kinds ($node.accelerator | default "cpu")).ascend ($v.ascend | default dict).mountDriver -}}
-{{- range $cat.ascendMounts }}{{ $_ := set $driverMounts .mountPath .name }}{{ end -}}
+{{- range $cat.ascendMounts }}{{ $_ := set $taken .mountPath (dict "rule" "volume-on-driver" "mount" .name) }}{{ end -}}
 {{- end -}}
 {{- end -}}
-{{- $seenVolumes := dict -}}
-{{- $seenMounts := dict -}}
+{{- $names := dict -}}
 {{- range $index, $volume := $v.volumes -}}
-{{- $name := $volume.name -}}
+{{- if hasKey $names $volume.name -}}
+{{- $problems = append $problems (include "torchdag.problem" (list $cat "volume-duplicate-name" (printf "volumes[%d].name" $index) (dict "shown" (include "torchdag.validate.show" $volume.name) "first" (index $names $volume.name)))) -}}
+{{- else }}{{ $_ := set $names $volume.name $index }}{{ end -}}
 {{- $mount := clean $volume.mountPath -}}
-{{- $at := printf "volumes[%d].mountPath" $index -}}
-{{- $shown := dict "shown" (include "torchdag.validate.show" $volume.mountPath) -}}
-{{- if hasKey $seenVolumes $name -}}
-{{- $problems = append $problems (include "torchdag.problem" (list $cat "volume-duplicate-name" (printf "volumes[%d].name" $index) (dict "shown" (include "torchdag.validate.show" $name) "first" (index $seenVolumes $name)))) -}}
-{{- else -}}
-{{- $_ := set $seenVolumes $name $index -}}
-{{- end -}}
-{{- if and (eq $mount $cat.shmVolume.mountPath) $v.shmSize -}}
-{{- $problems = append $problems (include "torchdag.problem" (list $cat "volume-on-shm" $at $shown)) -}}
-{{- else if hasKey $driverMounts $mount -}}
-{{- $problems = append $problems (include "torchdag.problem" (list $cat "volume-on-driver" $at (merge $shown (dict "mount" (index $driverMounts $mount))))) -}}
-{{- else if hasKey $seenMounts $mount -}}
-{{- $problems = append $problems (include "torchdag.problem" (list $cat "volume-duplicate-mount" $at (merge $shown (dict "first" (index $seenMounts $mount))))) -}}
-{{- end -}}
-{{- if not (hasKey $seenMounts $mount) }}{{ $_ := set $seenMounts $mount $index }}{{ end -}}
+{{- with index $taken $mount -}}
+{{- $problems = append $problems (include "torchdag.problem" (list $cat .rule (printf "volumes[%d].mountPath" $index) (merge (dict "shown" (include "torchdag.validate.show" $volume.mountPath)) .))) -}}
+{{- else }}{{ $_ := set $taken $mount (dict "rule" "volume-duplicate-mount" "first" $index) }}{{ end -}}
 {{- end -}}
 
 {{- /* Chart only: values.yaml's placeholders for the required keys let `helm lint` render; a real release refuses them. */ -}}
