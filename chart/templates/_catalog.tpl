@@ -336,7 +336,22 @@ The catalogue as JSON; read it with `include "torchdag.catalog" . | fromJson`. *
       "podAnnotations": {},
       "podGroup": {
         "apiVersion": "scheduling.x-k8s.io/v1alpha1",
-        "resource": "podgroups"
+        "minResources": false,
+        "resource": "podgroups",
+        "spec": [
+          {
+            "value": [
+              "minMember",
+              "{count}"
+            ]
+          },
+          {
+            "value": [
+              "scheduleTimeoutSeconds",
+              "{timeout}"
+            ]
+          }
+        ]
       },
       "podLabels": {
         "scheduling.x-k8s.io/pod-group": "{group}"
@@ -360,7 +375,34 @@ The catalogue as JSON; read it with `include "torchdag.catalog" . | fromJson`. *
       },
       "podGroup": {
         "apiVersion": "scheduling.volcano.sh/v1beta1",
-        "resource": "podgroups"
+        "minResources": true,
+        "resource": "podgroups",
+        "spec": [
+          {
+            "value": [
+              "minMember",
+              "{count}"
+            ]
+          },
+          {
+            "if": [
+              "queue"
+            ],
+            "value": [
+              "queue",
+              "{queue}"
+            ]
+          },
+          {
+            "if": [
+              "priorityClassName"
+            ],
+            "value": [
+              "priorityClassName",
+              "{priorityClassName}"
+            ]
+          }
+        ]
       },
       "podLabels": {},
       "schedulerName": "volcano"

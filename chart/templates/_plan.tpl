@@ -195,24 +195,17 @@ plans valid values. Usage: include "torchdag.plan" (dict "root" $ "plan" $plan)
 {{- range $key, $value := $source }}{{ $pairs = append $pairs (list $key (include "torchdag.fill" (dict "text" $value "fields" $fill))) }}{{ end -}}
 {{- $_ := set $gang $field $pairs -}}
 {{- end -}}
-{{- if $entry.podGroup -}}
-{{- $spec := list (printf "minMember: %d" $count) -}}
-{{- if eq $scheduling.gang "volcano" -}}
-{{- with $scheduling.queue }}{{ $spec = append $spec (printf "queue: %s" (toJson .)) }}{{ end -}}
-{{- with $v.workflow.priorityClassName }}{{ $spec = append $spec (printf "priorityClassName: %s" (toJson .)) }}{{ end -}}
+{{- with $entry.podGroup -}}
+{{- $facts := dict "count" (toString $count) "timeout" (printf "%d" (int64 $scheduling.timeout)) "queue" (ternary (toJson $scheduling.queue) "" (not (empty $scheduling.queue))) -}}
+{{- $_ := set $facts "priorityClassName" (ternary (toJson $v.workflow.priorityClassName) "" (not (empty $v.workflow.priorityClassName))) -}}
+{{- $manifest := list (printf "apiVersion: %s" (toJson .apiVersion)) "kind: \"PodGroup\"" "metadata:" (printf "  name: %s" (toJson $group)) "spec:" -}}
+{{- range include "torchdag.items" (dict "items" .spec "facts" $facts) | fromJsonArray }}{{ $manifest = append $manifest (printf "  %s: %s" (index . 0) (index . 1)) }}{{ end -}}
 {{- $totals := dict -}}
-{{- range $_, $node := .nodes -}}
-{{- $name := index ($v.resourceNames | default dict) $node.accelerator | default (index $.catalog.kinds .accelerator).resource -}}
-{{- if $name }}{{ $_ := set $totals $name (add (get $totals $name | default 0) $node.devices) }}{{ end -}}
+{{- range $_, $node := ternary $.nodes dict .minResources -}}
+{{- with index ($v.resourceNames | default dict) $node.accelerator | default (index $.catalog.kinds $node.accelerator).resource }}{{ $_ := set $totals . (add (get $totals . | default 0) $node.devices) }}{{ end -}}
 {{- end -}}
-{{- /* minResources lets Volcano refuse a gang that can never fit the queue */ -}}
-{{- if $totals }}{{ $spec = append $spec "minResources:" }}{{ end -}}
-{{- range $name, $total := $totals }}{{ $spec = append $spec (printf "  %s: %s" (toJson $name) (toJson (toString $total))) }}{{ end -}}
-{{- else -}}
-{{- $spec = append $spec (printf "scheduleTimeoutSeconds: %d" (int64 $scheduling.timeout)) -}}
-{{- end -}}
-{{- $manifest := list (printf "apiVersion: %s" (toJson $entry.podGroup.apiVersion)) "kind: \"PodGroup\"" "metadata:" (printf "  name: %s" (toJson $group)) "spec:" -}}
-{{- range $spec }}{{ $manifest = append $manifest (printf "  %s" .) }}{{ end -}}
+{{- if $totals }}{{ $manifest = append $manifest "  minResources:" }}{{ end -}}
+{{- range $name, $total := $totals }}{{ $manifest = append $manifest (printf "    %s: %s" (toJson $name) (toJson (toString $total))) }}{{ end -}}
 {{- $_ := set $gang "manifest" $manifest -}}
 {{- end -}}
 {{- $_ := set .plan "gang" $gang -}}
