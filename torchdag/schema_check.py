@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import difflib
 import functools
+import json
 import re
 from typing import Any, Iterator
 
@@ -51,9 +52,18 @@ def show(value: Any) -> str:
     return text if len(text) <= 80 else text[:77] + "..."
 
 
-def _rule_message(error: jsonschema.ValidationError) -> str | None:
+def _default_text(path: tuple) -> str:
+    """What a missing key's default is, in words: `the default 29500`, `its keys' defaults`."""
+    node: Any = load_schema()
+    for part in path:
+        node = node.get("properties", {}).get(part, {})
+    return "its keys' defaults" if "properties" in node else f"the default {json.dumps(node.get('default'))}"
+
+
+def _rule_message(error: jsonschema.ValidationError, missing: str | None = None) -> str | None:
     """The `x-message` of the innermost subschema on the failed keyword's way from the root
-    (a rule the schema states, `x-rule`), filled with the value as `{value}`; or None."""
+    (a rule the schema states, `x-rule`), filled with the value as `{value}` (and a missing
+    key's default as `{default}`); or None."""
     node: Any = load_schema()
     message = None
     for part in [*error.schema_path, None]:
@@ -67,7 +77,10 @@ def _rule_message(error: jsonschema.ValidationError) -> str | None:
             node = node[part]
         except (KeyError, IndexError, TypeError):
             break  # the end of the path, or one this walk cannot follow
-    return fill(message, {"value": show(error.instance)}) if message else None
+    if not message:
+        return None
+    default = _default_text((*error.absolute_path, missing)) if missing and "{default}" in message else ""
+    return fill(message, {"value": show(error.instance), "default": default})
 
 
 def _explain(error: jsonschema.ValidationError) -> Iterator[Problem]:
@@ -76,7 +89,7 @@ def _explain(error: jsonschema.ValidationError) -> Iterator[Problem]:
     schema = error.schema if isinstance(error.schema, dict) else {}
     allowed = schema.get("x-allowed")
     value = error.instance
-    rule = _rule_message(error)
+    rule = _rule_message(error, error.message.split("'")[1] if kind == "required" else None)
     if "propertyNames" in error.schema_path:
         # jsonschema reports a bad key at its object's path with the key as the instance.
         yield Problem(path + (value,), rule or f"key {show(value)} is not {allowed or 'allowed here'}")

@@ -8,7 +8,6 @@ chart/templates/_validate.tpl codes the same rule under the same id.
 
 from __future__ import annotations
 
-import json
 import re
 from typing import Any
 
@@ -16,7 +15,6 @@ from . import catalog
 from .catalog import problem
 from .problems import Problem
 from .schema_check import schema_problems, show
-from .values import load_schema
 
 # Kept as names for the tests; the catalogue holds them.
 RESERVED_ENV = tuple(catalog.reserved_env())
@@ -87,35 +85,6 @@ def _text(value: Any) -> str | None:
 
 def _section(values: dict, key: str) -> dict:
     return values.get(key) if isinstance(values.get(key), dict) else {}
-
-
-def null_problems(values: dict, schema: dict | None = None) -> list[Problem]:
-    """Rule null-deletes-default. A user `null` removes a default (Helm's rule). Where
-    absence means nothing sensible (port, backend, hostNetwork...), that is an error, not a
-    silent 0 or false; keys whose absence is meaningful say so with `x-null`, and empty
-    defaults ("", [], {}) are the same as absent."""
-    found = []
-    for refused in null_refused(schema if schema is not None else load_schema()):
-        *parents, key = refused["path"]
-        section = values.get(parents[0]) if parents else values
-        if isinstance(section, dict) and key not in section:
-            found.append(problem("null-deletes-default", tuple(refused["path"]), what=refused["what"]))
-    return found
-
-
-def null_refused(schema: dict, prefix: tuple = ()) -> list[dict]:
-    """The keys on which a user `null` is an error, with what it would delete (the chart
-    gets this list in _catalog.tpl)."""
-    out = []
-    for key, prop in schema.get("properties", {}).items():
-        if "default" not in prop or "x-null" in prop:
-            continue
-        if "properties" in prop:
-            out.append({"path": [*prefix, key], "what": "its keys' defaults"})
-            out.extend(null_refused(prop, prefix + (key,)))
-        elif prop["default"] not in ("", [], {}):
-            out.append({"path": [*prefix, key], "what": f"the default {json.dumps(prop['default'])}"})
-    return out
 
 
 def _node_problems(values: dict) -> list[Problem]:
@@ -230,8 +199,7 @@ def _volume_problems(values: dict) -> list[Problem]:
 def semantic_problems(values: dict) -> list[Problem]:
     """Rules across fields. They read only what has the schema's shape, so they run
     beside the schema check and every independent problem is reported at once."""
-    return (null_problems(values) + _node_problems(values) + backend_problems(values) + _size_problems(values)
-            + _volume_problems(values))
+    return _node_problems(values) + backend_problems(values) + _size_problems(values) + _volume_problems(values)
 
 
 def validate(values: Any) -> list[Problem]:

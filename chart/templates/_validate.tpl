@@ -19,15 +19,6 @@ Usage: include "torchdag.validate" (dict "root" $ "catalog" $catalog)
 {{- $problems = $found.problems -}}
 {{- end -}}
 
-{{- /* rule null-deletes-default: a user null deleted a default that has no meaningful absence */ -}}
-{{- range $refused := $cat.nullRefused -}}
-{{- $path := $refused.path -}}
-{{- $section := index $v (first $path) -}}
-{{- if or (and (eq (len $path) 1) (not (hasKey $v (first $path)))) (and (eq (len $path) 2) (kindIs "map" $section) (not (hasKey ($section | default dict) (last $path)))) -}}
-{{- $problems = append $problems (include "torchdag.problem" (list $cat "null-deletes-default" (join "." $path) (dict "what" $refused.what))) -}}
-{{- end -}}
-{{- end -}}
-
 {{- /* rules node-*, and the kinds the backend rules read */ -}}
 {{- $firstByName := dict -}}
 {{- $firstByAddress := dict -}}
