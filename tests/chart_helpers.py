@@ -6,8 +6,8 @@ import subprocess
 from pathlib import Path
 
 import yaml
+from helpers import REPO  # noqa: F401 - shared with the modules that import this one
 
-REPO = Path(__file__).resolve().parent.parent
 CHART = REPO / "chart"
 RELEASE = "t"
 ARGO_KINDS = ("Workflow", "WorkflowTemplate")
@@ -45,6 +45,6 @@ def chart_workflow(helm: str, values: Path | str, *extra: str) -> dict:
 
 
 def render_py_workflow(values: Path | str) -> dict:
-    from torchdag.cli import build
+    from torchdag.pipeline import build
 
     return argo_document(build(values))

@@ -18,8 +18,7 @@ from torchdag.values import schema_defaults
 
 sys.path.insert(0, str(REPO / "tools"))
 import sync_chart  # noqa: E402
-
-EXAMPLE = REPO / "examples" / "cluster.yaml"
+from helpers import EXAMPLE
 
 
 def values_file(tmp_path, extra: str, base=EXAMPLE):
@@ -192,11 +191,11 @@ def test_notes_name_the_master_and_warn_without_the_argo_api(helm):
 
 
 def python_summary(values_path, short: bool) -> list[str]:
-    from torchdag.cli import load_valid
+    from torchdag.pipeline import valid_values
     from torchdag.plan import make_plan
     from torchdag.summary import summary_lines
 
-    return summary_lines(make_plan(load_valid(values_path)[0]), short=short)
+    return summary_lines(make_plan(valid_values(values_path)), short=short)
 
 
 def test_notes_show_the_short_node_table_of_a_large_job(helm, tmp_path):

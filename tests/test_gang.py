@@ -12,10 +12,10 @@ import yaml
 
 from argo_helpers import task_pods, validate_argo, validate_kubernetes
 from chart_helpers import documents, helm_template
-from torchdag.cli import build
+from torchdag.pipeline import build
 from torchdag.problems import ValuesError
+from helpers import REPO
 
-REPO = Path(__file__).resolve().parent.parent
 CASES = {kind: REPO / "tests" / "cases" / f"gang-{kind}.yaml" for kind in ("volcano", "kueue", "coscheduling")}
 GROUP = "{{workflow.name}}"  # one gang per run
 RUN = "wf-test"  # the run name argo_helpers.task_pods substitutes, as Argo would

@@ -16,8 +16,8 @@ import pytest
 import yaml
 
 from crd_helpers import CRDS, SAMPLE_RUN_NAME, crd_schema, podgroup_from_workflow, to_json_schema, validate_crd_object
+from helpers import REPO
 
-REPO = Path(__file__).resolve().parent.parent
 CASES = REPO / "tests" / "cases"
 
 VOLCANO = {
@@ -218,7 +218,7 @@ JOIN = {
 @pytest.mark.parametrize("case", sorted(JOIN))
 def test_rendered_podgroup_matches_crd(case):
     path = CASES / case
-    from torchdag.cli import build
+    from torchdag.pipeline import build
 
     docs = [d for d in yaml.safe_load_all(build(path)) if d]
     workflow = next(d for d in docs if d.get("kind") in ("Workflow", "WorkflowTemplate"))

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from trainer_helpers import ROOT, clean_env, free_port
+from trainer_helpers import REPO, clean_env, free_port
 
-GANGWATCH = ROOT / "trainer" / "gangwatch.py"
+GANGWATCH = REPO / "trainer" / "gangwatch.py"
 WF, NS, TOKEN = "gang-volcano-x7k2p", "training", "test-token-123"
 SELECTOR = f"workflows.argoproj.io/workflow={WF},torchdag.io/node-rank"
 PODS_PATH = f"/api/v1/namespaces/{NS}/pods"

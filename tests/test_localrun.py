@@ -25,7 +25,7 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from torchdag.cli import build
+from torchdag.pipeline import build
 from torchdag.localrun import EXIT_INVALID, EXIT_REFUSED, LocalRunError, Options, Outcome, Supervisor, TaskResult, load, load_workflow, local_devices, loss_value, prepare, summary_lines
 from torchdag.localrun import main as localrun_main
 from torchdag.localrun.expand import UnresolvedTag, argo_substitute, kube_container_env, kube_expand
@@ -36,6 +36,7 @@ from localrun_helpers import ENV, LOCAL, REPO, Run, free_port, processes_with, r
 # ---------------------------------------------------------------- end to end
 
 
+@pytest.mark.torch  # a real torchrun job
 def test_smoke_local_example_exits_0_with_a_summary():
     port = free_port()
     run = Run(str(LOCAL), "--port", str(port), "--timeout", "150")
@@ -58,6 +59,7 @@ def test_smoke_local_example_exits_0_with_a_summary():
     assert "node affinity kubernetes.io/hostname=node-a ignored" in text
 
 
+@pytest.mark.torch  # a real torchrun job
 def test_killing_one_node_ends_the_run_naming_it(tmp_path):
     port = free_port()
     values = values_with(tmp_path, args=["--type", "example", "--max-steps", "100000", "--log-every", "10"])
@@ -95,6 +97,7 @@ def test_gpu_and_npu_nodes_are_refused_without_cpu(example, kind):
     assert proc.stdout == ""  # nothing started
 
 
+@pytest.mark.torch  # a real torchrun job
 def test_cpu_flag_runs_ascend_nodes_on_cpu(tmp_path):
     values = values_with(
         tmp_path,
@@ -180,6 +183,7 @@ def run_without_gang_stop(tmp_path, only=(), freeze_at=None):
     return result.returncode, done["at"] - event.get("at", started), "\n".join(lines)
 
 
+@pytest.mark.torch  # a real torchrun job
 def test_without_gang_stop_a_hung_peer_fails_the_survivor_within_the_pg_timeout(tmp_path):
     rc, took, text = run_without_gang_stop(tmp_path, freeze_at="step 20/")
     assert rc not in (0, None), text[-3000:]
@@ -187,6 +191,7 @@ def test_without_gang_stop_a_hung_peer_fails_the_survivor_within_the_pg_timeout(
     assert "Timed out waiting 5000ms" in text
 
 
+@pytest.mark.torch  # a real torchrun job
 def test_without_gang_stop_a_missing_peer_fails_the_master_within_the_rendezvous_timeout(tmp_path):
     rc, took, text = run_without_gang_stop(tmp_path, only=["node-0"])
     assert rc not in (0, None), text[-3000:]
@@ -254,6 +259,7 @@ def test_workflow_variables_and_parameters_are_substituted():
         prepare(doc, Options())
 
 
+@pytest.mark.torch  # a real torchrun job
 def test_hostile_strings_reach_the_script_byte_exact(tmp_path):
     """tests/cases/hostile-strings.yaml run for real: a stand-in script (at the mapped
     image path) records what it received under torchrun."""
@@ -349,11 +355,11 @@ def test_the_workflow_is_found_among_several_documents_and_the_rest_named(tmp_pa
     assert "[localrun] ignored: ConfigMap extra (v1: not run here)" in out
     assert "[localrun] node-1: exec torchrun --nnodes=2 --node_rank=1 " in out
 
-    # A values file whose rendering holds several documents (torchdag.cli.build's text).
-    import torchdag.cli
+    # A values file whose rendering holds several documents (torchdag.pipeline.build's text).
+    import torchdag.pipeline
 
-    real_build = torchdag.cli.build
-    monkeypatch.setattr(torchdag.cli, "build", lambda path: yaml.safe_dump(others[0]) + "---\n" + real_build(path))
+    real_build = torchdag.pipeline.build
+    monkeypatch.setattr(torchdag.pipeline, "build", lambda path: yaml.safe_dump(others[0]) + "---\n" + real_build(path))
     loaded = load(LOCAL)
     assert loaded.rendered_here and loaded.doc["kind"] == "Workflow"
     assert loaded.ignored == ["ignored: PodGroup local-smoke (scheduling.volcano.sh/v1beta1: gang scheduling is not "

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from torchdag.cli import build
+from torchdag.pipeline import build
 from torchdag.localrun import LocalRunError, Options, Outcome, RetryPolicy, TaskResult, parse_duration, prepare_job, summary_lines
 from torchdag.localrun import main as localrun_main
 
@@ -148,6 +148,7 @@ def children_of(pid: int) -> list[int]:
     return found
 
 
+@pytest.mark.torch  # a real torchrun job
 def test_a_killed_worker_restarts_every_node_which_resume_from_the_checkpoint(tmp_path):
     """Issue 11's acceptance, on the rendered retryStrategy: SIGKILL one training worker
     of node-1 after the first checkpoint; both nodes restart and resume from it."""

@@ -23,8 +23,10 @@ import pytest
 import yaml
 
 from torchdag.localrun import Options, Supervisor, load_workflow, prepare
+from helpers import REPO
 
-REPO = Path(__file__).resolve().parent.parent
+pytestmark = [pytest.mark.netns, pytest.mark.torch]  # torchrun across network namespaces, as root
+
 ENV = dict(os.environ, OMP_NUM_THREADS="1")
 HOSTS = {"node-a": ("enp11s0f0", "198.18.0.1"), "node-b": ("eno1", "198.18.0.2")}
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from cli_helpers import BASE, EXAMPLE, REPO, one_line, render_py, write
-from torchdag import cli, command
+from torchdag import cli, command, pipeline
 
 
 # --- where -o writes --------------------------------------------------------------------------
@@ -68,7 +68,7 @@ def test_output_onto_a_fifo(tmp_path, capsys):
         capsys.readouterr()
         time.sleep(0.05)
     reader.join(10)
-    assert status == 0 and received == [cli.build(values)] and stat.S_ISFIFO(fifo.stat().st_mode)
+    assert status == 0 and received == [pipeline.build(values)] and stat.S_ISFIFO(fifo.stat().st_mode)
 
 
 def test_replacing_a_file_keeps_its_mode_and_owner_and_its_links(tmp_path):
@@ -81,7 +81,7 @@ def test_replacing_a_file_keeps_its_mode_and_owner_and_its_links(tmp_path):
     link.symlink_to(existing.name)
     assert cli.main([str(values), "-o", str(link), "-q"]) == 0
     assert link.is_symlink() and os.readlink(link) == existing.name, "the link was replaced by a file"
-    assert existing.read_text(encoding="utf-8") == cli.build(values)
+    assert existing.read_text(encoding="utf-8") == pipeline.build(values)
     status = existing.stat()
     assert stat.S_IMODE(status.st_mode) == 0o640 and (status.st_uid, status.st_gid) == owner
 
@@ -175,7 +175,7 @@ def summary_of(values: Path, short: bool = False) -> str:
     from torchdag.plan import make_plan
     from torchdag.summary import summary_lines
 
-    return "".join(f"{line}\n" for line in summary_lines(make_plan(cli.load_valid(values)[0]), short=short))
+    return "".join(f"{line}\n" for line in summary_lines(make_plan(pipeline.valid_values(values)), short=short))
 
 
 def test_summary_instead_of_the_workflow(tmp_path, capsys):
@@ -188,7 +188,7 @@ def test_summary_with_output_writes_the_workflow_and_prints_the_table(tmp_path, 
     out = tmp_path / "workflow.yaml"
     assert command.main(["render", str(EXAMPLE), "--summary", "-o", str(out)]) == 0
     assert capsys.readouterr().out == summary_of(EXAMPLE)
-    assert out.read_text(encoding="utf-8") == cli.build(EXAMPLE)
+    assert out.read_text(encoding="utf-8") == pipeline.build(EXAMPLE)
 
 
 def test_summary_short_and_check(tmp_path, capsys):

@@ -10,9 +10,9 @@ import sys
 
 import pytest
 
-from trainer_helpers import PREFLIGHT, ROOT, clean_env, free_port
+from trainer_helpers import PREFLIGHT, REPO, clean_env, free_port
 
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(REPO))
 
 from trainer import preflight  # noqa: E402
 from trainer.preflight import discover_nic, interfaces, nic_env, run_checks  # noqa: E402
@@ -134,7 +134,7 @@ def test_discover_nic_for_own_address_is_its_interface():
 
 def test_discover_nic_without_ip_command():
     """Fallbacks: SIOCGIFADDR for addresses, a UDP connect() for the route."""
-    env = clean_env(PATH="/nonexistent", PYTHONPATH=str(ROOT))
+    env = clean_env(PATH="/nonexistent", PYTHONPATH=str(REPO))
     code = ("import json, shutil; from trainer import preflight; assert shutil.which('ip') is None; "
             "print(json.dumps([preflight.discover_nic('127.0.0.1'), preflight.interfaces().get('lo')]))")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60)

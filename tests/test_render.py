@@ -16,11 +16,12 @@ import yaml
 from argo_helpers import container_process, task_pods, validate_argo, validate_kubernetes
 from bad_cases import BAD_CASES
 from golden import golden_pairs
-from torchdag.cli import build, main
+from torchdag.cli import main
+from torchdag.pipeline import build
 from torchdag.problems import ValuesError
 from torchdag.catalog import set_env_wrapper
+from helpers import REPO
 
-REPO = Path(__file__).resolve().parent.parent
 PAIRS = golden_pairs()
 PAIR_IDS = [f"{values.parent.name}/{values.stem}" for values, _ in PAIRS]
 

@@ -45,11 +45,13 @@ from hypothesis import strategies as st
 
 from argo_helpers import validate_argo
 from bad_cases import BASE
-from torchdag.cli import build, main
+from torchdag.cli import main
+from torchdag.pipeline import build
 from torchdag.problems import ValuesError, format_path
-from torchdag.values import MAX_ALIAS_COPIES, MAX_DEPTH, load_schema
+from torchdag.values import load_schema
+from torchdag.yamlread import MAX_ALIAS_COPIES, MAX_DEPTH
+from helpers import REPO
 
-REPO = Path(__file__).resolve().parent.parent
 LIMIT_S = 10
 
 scalars = st.one_of(st.none(), st.booleans(), st.integers(-5, 70000), st.floats(allow_nan=False, allow_infinity=False),

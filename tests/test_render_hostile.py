@@ -10,13 +10,13 @@ import re
 import subprocess
 import sys
 
+import pytest
 import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from torch.distributed.elastic.utils.api import macros  # what torchrun applies to script args
 
 from argo_helpers import container_process, task_pods, validate_argo
-from torchdag.cli import build
+from torchdag.pipeline import build
 from torchdag.validate import RESERVED_ENV
 
 NASTY = ["'", '"', ": ", " #", "#", "\n", "\r\n", "\t", "$(HOME)", "$$(HOME)", "$HOME", "$", "$(", ";", "`id`", "\\",
@@ -53,9 +53,12 @@ def hostile_values(draw):
     }
 
 
+@pytest.mark.torch  # torchrun's own substitution of the script's arguments (torch's code)
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(values=hostile_values())
 def test_hostile_strings_arrive_byte_exact(values, tmp_path_factory):
+    from torch.distributed.elastic.utils.api import macros  # what torchrun applies to script args
+
     folder = tmp_path_factory.mktemp("hostile")
     set_env = folder / "set_env.sh"
     set_env.write_text("export CANN_LOADED=1\n")

@@ -10,10 +10,10 @@ import pytest
 import yaml
 
 from argo_helpers import task_pods, validate_kubernetes
-from torchdag.cli import build
+from torchdag.pipeline import build
 from torchdag.problems import ValuesError
+from helpers import REPO
 
-REPO = Path(__file__).resolve().parent.parent
 
 
 def render_doc(path):

@@ -11,16 +11,12 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from helpers import REPO, free_port  # noqa: F401 - shared with the modules that import this one
 
-ROOT = Path(__file__).resolve().parents[1]
-TRAIN = ROOT / "trainer" / "train.py"
-PREFLIGHT = ROOT / "trainer" / "preflight.py"
+TRAIN = REPO / "trainer" / "train.py"
+PREFLIGHT = REPO / "trainer" / "preflight.py"
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def clean_env(**extra: str) -> dict[str, str]:

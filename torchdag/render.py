@@ -13,7 +13,8 @@ import yaml
 
 from . import TEMPLATES_DIR
 from .plan import Plan
-from .problems import Problem, TorchdagError, ValuesError
+from .errors import InternalBug
+from .problems import Problem, ValuesError
 from .summary import summary_comment
 from .yamlout import quote, sorted_items, toleration
 
@@ -81,10 +82,8 @@ def json_size(root: yaml.Node) -> int:
     return size
 
 
-class RenderBug(TorchdagError):
+class RenderBug(InternalBug):
     """The templates produced something that is not the documents they should be."""
-
-    exit_code = 70  # EX_SOFTWARE: a bug in torchdag, not in the values
 
 
 def check_documents(text: str) -> list[yaml.MappingNode]:
@@ -95,17 +94,17 @@ def check_documents(text: str) -> list[yaml.MappingNode]:
     try:
         documents = list(yaml.compose_all(text, Loader=loader))  # noqa: S506
     except yaml.YAMLError as err:
-        raise RenderBug(f"torchdag bug: rendered YAML does not parse: {err}") from err
+        raise RenderBug(f"the rendered YAML does not parse: {err}") from err
     argo = 0
     for document in documents:
         if not isinstance(document, yaml.MappingNode):
-            raise RenderBug("torchdag bug: a rendered document is not a mapping")
+            raise RenderBug("a rendered document is not a mapping")
         top = {key.value: value for key, value in document.value if isinstance(key, yaml.ScalarNode)}
         kind = top.get("kind")
         if not isinstance(kind, yaml.ScalarNode):
-            raise RenderBug("torchdag bug: a rendered document has no kind")
+            raise RenderBug("a rendered document has no kind")
         if kind.value in ARGO_KINDS and "spec" in top:
             argo += 1
     if argo != 1:
-        raise RenderBug(f"torchdag bug: rendered YAML holds {argo} Workflows, expected one")
+        raise RenderBug(f"the rendered YAML holds {argo} Workflows, expected one")
     return documents

@@ -7,7 +7,7 @@ import shlex
 import signal
 import sys
 
-from ..problems import TorchdagError, report
+from ..errors import TorchdagError, report
 from .errors import EXIT_INVALID, EXIT_OK, LocalRunError
 from .load import load
 from .prepare import Job, Options, prepare_job
