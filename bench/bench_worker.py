@@ -15,15 +15,15 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import torch  # noqa: E402
-import torch.distributed as dist  # noqa: E402
-from torch.nn.parallel import DistributedDataParallel as DDP  # noqa: E402
-from torch.utils.data import DistributedSampler  # noqa: E402
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.data import DistributedSampler
 
-from trainer.config import Config, ranks_from_env  # noqa: E402
-from trainer.device import resolve  # noqa: E402
-from trainer.model import SimpleNet, SyntheticRegression  # noqa: E402
-from trainer.train import Trainer  # noqa: E402
+from trainer.config import Config, ranks_from_env
+from trainer.device import resolve
+from trainer.model import SimpleNet, SyntheticRegression
+from trainer.train import Trainer
 
 
 def bare_ddp(steps: int, hidden: int, batch: int = 32, dataset_size: int = 4096) -> float:

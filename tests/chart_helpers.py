@@ -6,7 +6,8 @@ import subprocess
 from pathlib import Path
 
 import yaml
-from helpers import REPO  # noqa: F401 - shared with the modules that import this one
+
+from helpers import REPO
 
 CHART = REPO / "chart"
 RELEASE = "t"
@@ -28,7 +29,7 @@ def helm_template(helm: str, values: Path | str, *extra: str, release: str = REL
 
 
 def documents(text: str) -> list[dict]:
-    return [doc for doc in yaml.load_all(text, Loader=_LOADER) if doc is not None]  # noqa: S506
+    return [doc for doc in yaml.load_all(text, Loader=_LOADER) if doc is not None]
 
 
 def argo_document(text: str) -> dict:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from pathlib import Path
 
 from helpers import EXAMPLE, REPO, write  # noqa: F401 - shared with the modules that import this one
 
@@ -13,7 +12,8 @@ BASE = EXAMPLE.read_text(encoding="utf-8")
 
 
 def render_py(*args: str, timeout: float = 10, **kwargs) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(REPO / "render.py"), *args], capture_output=kwargs.pop("capture_output", True),
+    return subprocess.run([sys.executable, str(REPO / "render.py"), *args],
+                          capture_output=kwargs.pop("capture_output", True),
                           text=True, timeout=timeout, **kwargs)
 
 

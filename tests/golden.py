@@ -13,7 +13,7 @@ from helpers import REPO
 
 sys.path.insert(0, str(REPO))  # run as a script: `make golden`
 
-from torchdag.pipeline import build  # noqa: E402
+from torchdag.pipeline import build
 
 GOLDEN_DIR = REPO / "tests" / "golden"
 SOURCES = {"examples": REPO / "examples", "cases": REPO / "tests" / "cases"}

@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import queue
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -15,9 +14,8 @@ from pathlib import Path
 
 import pytest
 import yaml
+
 from helpers import REPO, free_port  # noqa: F401 - shared with the modules that import this one
-
-
 
 LOCAL = REPO / "examples" / "local.yaml"
 ENV = dict(os.environ, OMP_NUM_THREADS="1")

@@ -18,13 +18,13 @@ render.py (the runner reads a rendered Workflow without rendering it).
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import yaml
+
 from helpers import REPO, free_port
 
 ASCEND_VENV = REPO / ".venv-ascend"

@@ -4,9 +4,8 @@ and render.py produce the same Workflow spec, and reject the same bad input."""
 from __future__ import annotations
 
 import ast
-import re
-
 import ipaddress
+import re
 import tempfile
 from pathlib import Path
 
@@ -15,7 +14,8 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from chart_helpers import REPO, RELEASE, VALUES_FILES, argo_document, helm_template
+from bad_cases import BAD_CASES
+from chart_helpers import RELEASE, REPO, VALUES_FILES, argo_document, helm_template
 from torchdag.catalog import accelerator, accelerator_kinds, catalog, hccl_limit
 from torchdag.validate import BUILTIN_VOLUMES, RESERVED_ENV
 
@@ -63,7 +63,8 @@ HOSTILE_PIECES = ["'", '"', ": ", " #", "#", "\n", "\r\n", "\t", "\\", "$(HOME)"
                   "- ", "{a: b}", "[x]", "&a", "*a", "!tag", "%", "@", "|", ">", "?", "ü", "训练", "\u2028",
                   "\ufeff", "\u00a0", "<&>", "😀", "null", "~", "yes", "0x1F", "1e3", "=", "}}", "{", "}"]
 hostile_text = st.lists(
-    st.one_of(st.sampled_from(HOSTILE_PIECES), st.text(st.characters(codec="utf-8", exclude_characters="\x00"), max_size=6)),
+    st.one_of(st.sampled_from(HOSTILE_PIECES),
+              st.text(st.characters(codec="utf-8", exclude_characters="\x00"), max_size=6)),
     max_size=6,
 ).map("".join).filter(lambda s: "{{" not in s and not REFUSED.search(s))  # what both refuse (tests/bad_cases.py)
 hostile_nonempty = hostile_text.filter(bool)
@@ -86,7 +87,8 @@ SPANNING = {backend: [kind for kind in ACCELERATORS if accelerator(kind)["device
 
 # Sections (objects whose keys have defaults). Both renderers refuse a null section (see
 # test_null_without_meaning_is_refused_by_both), so the strategy never draws one.
-SECTIONS = ("launcher", "timeouts", "workflow", "ascend", "preflight", "rbac", "scheduling", "failurePolicy", "containerSecurity")
+SECTIONS = ("launcher", "timeouts", "workflow", "ascend", "preflight", "rbac", "scheduling", "failurePolicy",
+            "containerSecurity")
 # Keys whose absence means "off" (schema x-null): a null there is valid and deletes the default
 # (failurePolicy's maxRestarts is not one: its strategy draws no null).
 NULLABLE = {"rendezvous", "processGroup", "hcclConnect", "workflowDeadline", "ttlSecondsAfterFinished", "maxRestarts"}
@@ -116,7 +118,8 @@ def nodes_strategy(draw, backend: str) -> list[dict]:
         # Names and addresses are unique by construction: IPv4 names come from 192.168/16,
         # explicit IPv4 addresses from 10/8, DNS addresses carry the index.
         name_style = draw(st.sampled_from(["dns", "ipv4", "fqdn"]))
-        name = {"dns": f"node-{index}", "ipv4": f"192.168.{index // 200}.{index % 200 + 1}", "fqdn": f"gpu-{index}.cluster.local"}[name_style]
+        name = {"dns": f"node-{index}", "ipv4": f"192.168.{index // 200}.{index % 200 + 1}",
+                "fqdn": f"gpu-{index}.cluster.local"}[name_style]
         node: dict = {"name": name}
         address_style = draw(st.sampled_from(["none", "ipv4", "dns"]))
         if address_style == "ipv4":
@@ -142,14 +145,16 @@ def nodes_strategy(draw, backend: str) -> list[dict]:
 
 
 # Kubernetes key and label-value syntax (the schema enforces it; values stay free text in annotations)
-qualified_name = st.from_regex(r"([a-z0-9]([-a-z0-9]{0,6}[a-z0-9])?(\.[a-z0-9]{1,4})*/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,10}[A-Za-z0-9])?", fullmatch=True)
+qualified_name = st.from_regex(r"([a-z0-9]([-a-z0-9]{0,6}[a-z0-9])?(\.[a-z0-9]{1,4})*/)?"
+                               r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,10}[A-Za-z0-9])?", fullmatch=True)
 label_value = st.from_regex(r"(([A-Za-z0-9][-A-Za-z0-9_.]{0,10})?[A-Za-z0-9])?", fullmatch=True)
 label_map = st.dictionaries(qualified_name, label_value, max_size=3)
 annotation_map = st.dictionaries(qualified_name, hostile_text, max_size=3)
 
 toleration = st.fixed_dictionaries({}, optional={
     "key": qualified_name, "operator": st.sampled_from(["Exists", "Equal"]), "value": label_value,
-    "effect": st.sampled_from(["NoSchedule", "PreferNoSchedule", "NoExecute"]), "tolerationSeconds": st.integers(-10, 10**7),
+    "effect": st.sampled_from(["NoSchedule", "PreferNoSchedule", "NoExecute"]),
+    "tolerationSeconds": st.integers(-10, 10**7),
 })
 security_context = st.fixed_dictionaries({}, optional={
     "runAsUser": st.integers(0, 2**31 - 1), "runAsGroup": st.integers(0, 2**31 - 1), "runAsNonRoot": st.booleans(),
@@ -183,7 +188,8 @@ def values_strategy(draw) -> dict:
     backend = draw(st.sampled_from([None, "auto", "gloo", "gloo", "hccl", "nccl"]))
     values: dict = {
         "name": draw(dns_label),
-        "image": draw(st.sampled_from(["registry.example.com/train:1.0", "192.168.110.125:8443/agent/ppo_torch:3.1", "img@sha256:" + "a" * 64])),
+        "image": draw(st.sampled_from(["registry.example.com/train:1.0", "192.168.110.125:8443/agent/ppo_torch:3.1",
+                                       "img@sha256:" + "a" * 64])),
         "script": draw(hostile_nonempty),
         "nodes": draw(nodes_strategy(backend or "auto")),
     }
@@ -213,18 +219,23 @@ def values_strategy(draw) -> dict:
         "timeouts": section(rendezvous=st.integers(1, 10**6), processGroup=st.integers(1, 10**6),
                             hcclConnect=st.integers(120, 7200), workflowDeadline=st.integers(1, 10**8)),
         "workflow": section(ttlSecondsAfterFinished=st.integers(0, 10**7),
-                            podGC=st.sampled_from(["", "OnPodCompletion", "OnPodSuccess", "OnWorkflowCompletion", "OnWorkflowSuccess"]),
+                            podGC=st.sampled_from(["", "OnPodCompletion", "OnPodSuccess", "OnWorkflowCompletion",
+                                                   "OnWorkflowSuccess"]),
                             priorityClassName=st.one_of(st.just(""), dns_label)),
-        "ascend": section(mountDriver=st.booleans(), driverPath=st.sampled_from(["/", "/opt/ascend/driver", "/usr/local/Ascend/driver//", "/d ü"]),
+        "ascend": section(mountDriver=st.booleans(),
+                          driverPath=st.sampled_from(["/", "/opt/ascend/driver", "/usr/local/Ascend/driver//", "/d ü"]),
                           setEnvScript=hostile_text, whitelistDisable=st.booleans()),
         "preflight": section(enabled=st.booleans(), command=st.lists(hostile_nonempty, min_size=1, max_size=3),
                              timeout=st.integers(1, 10**4)),
-        "scheduling": section(gang=st.sampled_from(["none", "volcano", "kueue", "coscheduling"]), queue=st.one_of(st.just(""), dns_label),
+        "scheduling": section(gang=st.sampled_from(["none", "volcano", "kueue", "coscheduling"]),
+                              queue=st.one_of(st.just(""), dns_label),
                               schedulerName=st.one_of(st.just(""), dns_label), timeout=st.integers(1, 86400)),
         "containerSecurity": section(allowPrivilegeEscalation=st.booleans(), dropAllCapabilities=st.booleans(),
-                                     addCapabilities=st.lists(st.sampled_from(["IPC_LOCK", "SYS_PTRACE", "NET_ADMIN"]), max_size=2),
+                                     addCapabilities=st.lists(st.sampled_from(["IPC_LOCK", "SYS_PTRACE", "NET_ADMIN"]),
+                                                              max_size=2),
                                      seccompProfile=st.sampled_from(["RuntimeDefault", "Unconfined", ""])),
-        "failurePolicy": st.fixed_dictionaries({}, optional={"maxRestarts": st.integers(0, 100), "backoffSeconds": st.integers(1, 86400)}),
+        "failurePolicy": st.fixed_dictionaries({}, optional={"maxRestarts": st.integers(0, 100),
+                                                             "backoffSeconds": st.integers(1, 86400)}),
         "resourceNames": st.dictionaries(st.sampled_from(ACCELERATORS), qualified_name, max_size=2),
         # Chart-only keys: render.py ignores them, and they must not change the Workflow.
         "rbac": section(create=st.just(bool(service_account)), legacyExecutor=st.booleans(),
@@ -253,7 +264,8 @@ class _QuotedDumper(yaml.SafeDumper):
     the two renderers, not two YAML parsers."""
 
 
-_QuotedDumper.add_representer(str, lambda dumper, data: dumper.represent_scalar("tag:yaml.org,2002:str", data, style='"'))
+_QuotedDumper.add_representer(str, lambda dumper,
+                              data: dumper.represent_scalar("tag:yaml.org,2002:str", data, style='"'))
 
 
 # 200 values files in all, in shards that pytest-xdist spreads over the workers.
@@ -263,14 +275,18 @@ _QuotedDumper.add_representer(str, lambda dumper, data: dumper.represent_scalar(
 def test_random_valid_values_render_the_same(helm, shard, values):
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "values.yaml"
-        path.write_text(yaml.dump(values, Dumper=_QuotedDumper, allow_unicode=True, width=2**20, sort_keys=False), encoding="utf-8")
+        path.write_text(yaml.dump(values, Dumper=_QuotedDumper, allow_unicode=True, width=2**20, sort_keys=False),
+                        encoding="utf-8")
         assert_same_workflow(helm, path)
 
 
-@pytest.mark.parametrize("line", [f"{name}: null" for name in SECTIONS] + ["port: null", "hostNetwork: null", "launcher: {type: null}"])
+@pytest.mark.parametrize("line", [f"{name}: null" for name in SECTIONS] + ["port: null", "hostNetwork: null",
+                                                                           "launcher: {type: null}"])
 def test_null_without_meaning_is_refused_by_both(helm, line, tmp_path):
     path = tmp_path / "values.yaml"
-    path.write_text((REPO / "examples" / "cluster.yaml").read_text(encoding="utf-8").replace("port: 25195\n", "") + line + "\n", encoding="utf-8")
+    path.write_text((REPO / "examples" / "cluster.yaml").read_text(encoding="utf-8").replace("port: 25195\n",
+                                                                                             "") + line + "\n",
+                                                                                             encoding="utf-8")
     field = line.split(":")[0] if "{" not in line else "launcher.type"
     from torchdag.pipeline import build
     from torchdag.problems import ValuesError
@@ -278,12 +294,12 @@ def test_null_without_meaning_is_refused_by_both(helm, line, tmp_path):
     with pytest.raises(ValuesError, match=f"{re.escape(field)}: is null"):
         build(path)
     result = helm_template(helm, path)  # a rule the schema states (null-deletes-default): helm names the field
-    assert result.returncode != 0 and any(spelling in result.stderr for spelling in helm_spellings(field)), result.stderr
+    assert result.returncode != 0, result.stderr
+    assert any(spelling in result.stderr for spelling in helm_spellings(field)), result.stderr
 
 
 # --- Rejection parity ----------------------------------------------------------------------
 
-from bad_cases import BAD_CASES
 
 
 def helm_spellings(field: str) -> list[str]:
@@ -294,7 +310,8 @@ def helm_spellings(field: str) -> list[str]:
     object, so there only `invalid propertyName 'KEY'` names it."""
     # render.py writes plain keys as `.key`, indexes as `[2]` and other keys as `['a b']`
     parts = [plain or index or ast.literal_eval(quoted)
-             for plain, index, quoted in re.findall(r"\.?([A-Za-z_][A-Za-z0-9_-]*)|\[(\d+)\]|\[('(?:[^'\\]|\\.)*')\]", field)]
+             for plain, index,
+             quoted in re.findall(r"\.?([A-Za-z_][A-Za-z0-9_-]*)|\[(\d+)\]|\[('(?:[^'\\]|\\.)*')\]", field)]
     pointer = "/" + "/".join(parts)
     parent = "/" + "/".join(parts[:-1]) if len(parts) > 1 else ""
     key = parts[-1]
@@ -308,7 +325,8 @@ def helm_spellings(field: str) -> list[str]:
 
 
 def test_helm_spellings_of_a_field():
-    assert helm_spellings("nodes[2].nic")[:3] == ["nodes[2].nic", "at '/nodes/2/nic'", "at '/nodes/2': additional properties 'nic' not allowed"]
+    assert helm_spellings("nodes[2].nic")[:3] == ["nodes[2].nic", "at '/nodes/2/nic'",
+                                                  "at '/nodes/2': additional properties 'nic' not allowed"]
     assert helm_spellings("image")[3] == "at '': missing property 'image'"
 
 

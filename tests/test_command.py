@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 import torchdag
-from torchdag import cli, command
 from helpers import REPO
+from torchdag import cli, command
 
 EXAMPLE = "examples/cluster.yaml"
 

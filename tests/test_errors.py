@@ -45,7 +45,8 @@ def test_a_forced_internal_error_is_one_line_and_exit_70(monkeypatch, capsys, ar
 def test_a_template_bug_is_reported_as_a_bug(monkeypatch, capsys):
     from torchdag import render
 
-    monkeypatch.setattr(pipeline, "render", lambda plan, source: render.check_documents("a: ["))  # what a broken template prints
+    monkeypatch.setattr(pipeline, "render", lambda plan,
+                        source: render.check_documents("a: ["))  # what a broken template prints
     assert cli.main([str(EXAMPLE)]) == 70
     assert "the rendered YAML does not parse" in _one_bug_line(capsys.readouterr().err, "render.py")
 
@@ -86,5 +87,6 @@ def test_run_command_reports_user_errors_with_their_status(capsys):
 
     assert errors.run_command(lambda: 0, "tool") == 0
     assert errors.run_command(invalid, "tool") == 2
-    assert errors.run_command(lambda: (_ for _ in ()).throw(errors.CannotWrite("tool", "out.yaml", "disk full")), "tool") == 1
+    assert errors.run_command(lambda: (_ for _ in ()).throw(errors.CannotWrite("tool", "out.yaml", "disk full")),
+                              "tool") == 1
     assert capsys.readouterr().err == "tool: cannot write out.yaml: disk full\n"

@@ -25,13 +25,26 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from torchdag.pipeline import build
-from torchdag.localrun import EXIT_INVALID, EXIT_REFUSED, LocalRunError, Options, Outcome, Supervisor, TaskResult, load, load_workflow, local_devices, loss_value, prepare, summary_lines
+from localrun_helpers import ENV, LOCAL, REPO, Run, free_port, processes_with, rendered_workflow, values_with
+from torchdag.localrun import (
+    EXIT_INVALID,
+    EXIT_REFUSED,
+    LocalRunError,
+    Options,
+    Outcome,
+    Supervisor,
+    TaskResult,
+    load,
+    load_workflow,
+    local_devices,
+    loss_value,
+    prepare,
+    summary_lines,
+)
 from torchdag.localrun import main as localrun_main
 from torchdag.localrun.expand import UnresolvedTag, argo_substitute, kube_container_env, kube_expand
+from torchdag.pipeline import build
 from torchdag.plan import dollar_escape
-
-from localrun_helpers import ENV, LOCAL, REPO, Run, free_port, processes_with, rendered_workflow, values_with  # noqa: F401
 
 # ---------------------------------------------------------------- end to end
 
@@ -102,8 +115,10 @@ def test_cpu_flag_runs_ascend_nodes_on_cpu(tmp_path):
     values = values_with(
         tmp_path,
         args=["--type", "example", "--max-steps", "20", "--log-every", "10"],
-        nodes=[{"name": "atlas-a", "address": "198.18.0.1", "nic": "enp189s0f0", "accelerator": "ascend910", "devices": 1},
-               {"name": "atlas-b", "address": "198.18.0.2", "nic": "enp189s0f0", "accelerator": "ascend910", "devices": 1}],
+        nodes=[{"name": "atlas-a", "address": "198.18.0.1", "nic": "enp189s0f0", "accelerator": "ascend910",
+                "devices": 1},
+               {"name": "atlas-b", "address": "198.18.0.2", "nic": "enp189s0f0", "accelerator": "ascend910",
+                "devices": 1}],
     )
     assert not Path("/usr/local/Ascend/ascend-toolkit/set_env.sh").exists()
     run = Run(str(values), "--cpu", "--port", str(free_port()), "--timeout", "120")
@@ -293,7 +308,8 @@ def test_hostile_strings_reach_the_script_byte_exact(tmp_path):
 
 
 def test_summary_names_the_first_failure():
-    outcome = Outcome("wf-x", [TaskResult("node-0", pid=1, returncode=1, started=0, ended=3, stopped_by_runner="node-1 failed"),
+    outcome = Outcome("wf-x",
+                      [TaskResult("node-0", pid=1, returncode=1, started=0, ended=3, stopped_by_runner="node-1 failed"),
                                TaskResult("node-1", pid=2, returncode=-9, started=0, ended=2)],
                       first_failure="node-1", elapsed=3)
     lines = summary_lines(outcome)
@@ -313,7 +329,8 @@ def test_loss_column_is_the_number_alone():
     }
     for line, number in cases.items():
         assert loss_value(line) == number, line
-    outcome = Outcome("wf", [TaskResult("node-0", pid=1, returncode=0, started=0, ended=1, last_loss="0.0123")], elapsed=1)
+    outcome = Outcome("wf", [TaskResult("node-0", pid=1, returncode=0, started=0, ended=1, last_loss="0.0123")],
+                      elapsed=1)
     assert summary_lines(outcome)[1].endswith("last loss: 0.0123")
 
 
@@ -346,11 +363,12 @@ def test_the_workflow_is_found_among_several_documents_and_the_rest_named(tmp_pa
     others = [pod_group("scheduling.volcano.sh/v1beta1"), pod_group("scheduling.x-k8s.io/v1alpha1"),
               {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "extra"}}]
     rendered = tmp_path / "workflow.yaml"
-    rendered.write_text("# header comment\n" + yaml.safe_dump_all([others[0], workflow, *others[1:]], explicit_start=True))
+    rendered.write_text("# header comment\n" + yaml.safe_dump_all([others[0], workflow, *others[1:]],
+                                                                  explicit_start=True))
     assert localrun_main([str(rendered), "--dry-run"]) == 0
     out = capsys.readouterr().out
-    assert "[localrun] ignored: PodGroup local-smoke (scheduling.volcano.sh/v1beta1: gang scheduling is not simulated: " \
-           "every node starts here at once)" in out
+    assert ("[localrun] ignored: PodGroup local-smoke (scheduling.volcano.sh/v1beta1: "
+            "gang scheduling is not simulated: every node starts here at once)") in out
     assert "[localrun] ignored: PodGroup local-smoke (scheduling.x-k8s.io/v1alpha1: gang scheduling" in out
     assert "[localrun] ignored: ConfigMap extra (v1: not run here)" in out
     assert "[localrun] node-1: exec torchrun --nnodes=2 --node_rank=1 " in out

@@ -23,7 +23,6 @@ import pytest
 import yaml
 
 from torchdag.localrun import Options, Supervisor, load_workflow, prepare
-from helpers import REPO
 
 pytestmark = [pytest.mark.netns, pytest.mark.torch]  # torchrun across network namespaces, as root
 
@@ -101,7 +100,8 @@ def write_values(tmp_path: Path, nic_a: str | None, nic_b: str | None, **extra) 
     nodes[0]["master"] = True
     values = {
         "name": "netns", "image": "registry.example.com/torchdag/trainer:0.1.0",
-        "script": "/opt/torchdag/trainer/train.py", "args": ["--type", "example", "--max-steps", "20", "--log-every", "10"],
+        "script": "/opt/torchdag/trainer/train.py",
+        "args": ["--type", "example", "--max-steps", "20", "--log-every", "10"],
         "port": 29500, "timeouts": {"rendezvous": 20, "processGroup": 15}, "nodes": nodes, **extra,
     }
     path = tmp_path / "values.yaml"

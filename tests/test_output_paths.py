@@ -17,7 +17,6 @@ import pytest
 from cli_helpers import BASE, EXAMPLE, REPO, one_line, render_py, write
 from torchdag import cli, command, pipeline
 
-
 # --- where -o writes --------------------------------------------------------------------------
 
 @pytest.mark.parametrize("spelling", ["same", "dot", "symlink", "hardlink"])
@@ -56,7 +55,8 @@ def test_output_onto_a_fifo(tmp_path, capsys):
     fifo = tmp_path / "fifo"
     os.mkfifo(fifo)
     assert cli.main([str(values), "-o", str(fifo), "-q"]) == 1
-    assert one_line(capsys.readouterr().err) == f"render.py: cannot write {fifo}: is a FIFO that nothing reads; start its reader first"
+    assert one_line(capsys.readouterr().err) == (f"render.py: cannot write {fifo}: is a FIFO that nothing reads; "
+                                                 "start its reader first")
     received = []
     reader = threading.Thread(target=lambda: received.append(fifo.read_text(encoding="utf-8")))
     reader.start()
@@ -112,7 +112,8 @@ def test_output_names_that_are_no_file(target, reason, tmp_path, capsys, monkeyp
 
 def big_values(tmp_path: Path, nodes: int = 400) -> Path:
     """A job whose Workflow is larger than a pipe's 64 KiB buffer."""
-    listed = "".join(f"  - {{name: n{i:04d}, address: 10.0.{i // 250}.{i % 250 + 1}, nic: eth0, accelerator: ascend910, devices: 8}}\n"
+    listed = "".join(f"  - {{name: n{i:04d}, address: 10.0.{i // 250}.{i % 250 + 1}, nic: eth0, "
+                     "accelerator: ascend910, devices: 8}\n"
                      for i in range(nodes))
     return write(tmp_path, f"name: big\nimage: img:1\nscript: /t.py\nnodes:\n{listed}", "big.yaml")
 
@@ -157,7 +158,8 @@ def test_prog_names_the_command_in_help_usage_errors_and_write_errors(prog, tmp_
     assert exited.value.code == 0 and capsys.readouterr().out.startswith(f"usage: {prog} [-h]")
     with pytest.raises(SystemExit) as exited:
         cli.main([], prog=prog)
-    assert exited.value.code == 2 and f"{prog}: error: the following arguments are required: values" in capsys.readouterr().err
+    assert exited.value.code == 2
+    assert f"{prog}: error: the following arguments are required: values" in capsys.readouterr().err
     (tmp_path / "dir").mkdir()
     assert cli.main([str(EXAMPLE), "-o", str(tmp_path / "dir"), "-q"], prog=prog) == 1
     assert capsys.readouterr().err == f"{prog}: cannot write {tmp_path / 'dir'}: is a directory; give a file name\n"

@@ -11,15 +11,15 @@ import os
 import re
 import subprocess
 import sys
-import tomllib
 import zipfile
 from pathlib import Path
 
 import pytest
+import tomllib
 
 import torchdag
-from torchdag import cli
 from helpers import REPO
+from torchdag import cli
 
 EXAMPLES = sorted(p.relative_to(REPO).as_posix() for p in (REPO / "examples").glob("*.yaml"))
 PYPROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())
@@ -63,7 +63,8 @@ def test_checkout_reads_schema_and_templates_where_they_are_edited():
 
 
 @pytest.mark.parametrize("target, wanted, unwanted", [
-    ("render", ["requirements-render.txt", "render.py examples/cluster.yaml"], ["requirements-dev.txt", ".venv/", "helm"]),
+    ("render", ["requirements-render.txt", "render.py examples/cluster.yaml"],
+     ["requirements-dev.txt", ".venv/", "helm"]),
     ("check", ["requirements-render.txt", "render.py --check"], ["requirements-dev.txt", ".venv/", "helm"]),
     ("test", ["-r requirements-dev.txt", "npm pack", "-m pytest -n 2 tests"], []),
     ("setup", ["-r requirements-dev.txt", "npm pack"], []),
@@ -90,7 +91,8 @@ def test_wheel_carries_schema_and_templates(wheel):
     assert wheel.name == f"torchdag-{torchdag.__version__}-py3-none-any.whl"
     with zipfile.ZipFile(wheel) as zf:
         names = set(zf.namelist())
-        assert zf.read("torchdag/_data/schema/values.schema.json") == (REPO / "schema" / "values.schema.json").read_bytes()
+        schema = (REPO / "schema" / "values.schema.json").read_bytes()
+        assert zf.read("torchdag/_data/schema/values.schema.json") == schema
         for template in (REPO / "templates").iterdir():
             assert zf.read(f"torchdag/_data/templates/{template.name}") == template.read_bytes()
         info = f"torchdag-{torchdag.__version__}.dist-info"

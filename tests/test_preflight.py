@@ -14,8 +14,8 @@ from trainer_helpers import PREFLIGHT, REPO, clean_env, free_port
 
 sys.path.insert(0, str(REPO))
 
-from trainer import preflight  # noqa: E402
-from trainer.preflight import discover_nic, interfaces, nic_env, run_checks  # noqa: E402
+from trainer import preflight
+from trainer.preflight import discover_nic, interfaces, nic_env, run_checks
 
 PRINT_ARGV = "import json, os, sys; print('ARGV=' + json.dumps(sys.argv[1:])); " \
              "print('ENV=' + json.dumps({k: v for k, v in os.environ.items() if k.endswith(('IFNAME', '_IF_IP'))}))"

@@ -13,14 +13,31 @@ from pathlib import Path
 import pytest
 import torch
 
-from trainer_helpers import (JOB_TIMEOUT, REPO, TRAIN, children, clean_env, free_port, full_output_of, kill_node, output,
-                             output_of, read_json, reap, run_nodes, signal_node, start, torchrun_cmd, wait_all)
+from trainer_helpers import (
+    JOB_TIMEOUT,
+    REPO,
+    TRAIN,
+    children,
+    clean_env,
+    free_port,
+    full_output_of,
+    kill_node,
+    output,
+    output_of,
+    read_json,
+    reap,
+    run_nodes,
+    signal_node,
+    start,
+    torchrun_cmd,
+    wait_all,
+)
 
 sys.path.insert(0, str(REPO))
 
-from trainer import checkpoint  # noqa: E402
-from trainer.config import LaunchError, ranks_from_env  # noqa: E402
-from trainer.device import DeviceError, resolve  # noqa: E402
+from trainer import checkpoint
+from trainer.config import LaunchError, ranks_from_env
+from trainer.device import DeviceError, resolve
 
 pytestmark = pytest.mark.torch  # real torchrun jobs and the trainer's modules
 

@@ -6,12 +6,12 @@ import glob
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
-from helpers import REPO, free_port  # noqa: F401 - shared with the modules that import this one
+
+from helpers import REPO, free_port
 
 TRAIN = REPO / "trainer" / "train.py"
 PREFLIGHT = REPO / "trainer" / "preflight.py"

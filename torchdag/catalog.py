@@ -43,7 +43,8 @@ def items(entries: list, facts: dict) -> list:
     out: list = []
     for entry in entries:
         entry = entry if isinstance(entry, dict) else {"value": entry}
-        wanted, unwanted = [facts[name] for name in entry.get("if", ())], [facts[name] for name in entry.get("unless", ())]
+        wanted, unwanted = [facts[name] for name in entry.get("if", ())], [facts[name] for name in entry.get("unless",
+                                                                                                             ())]
         if all(wanted) and not any(unwanted):
             value = entry["value"]
             out.append([fill(part, facts) for part in value] if isinstance(value, list) else fill(value, facts))

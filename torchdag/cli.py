@@ -13,7 +13,6 @@ from .output import check_output, emit, write_output
 from .summary import summary_lines
 
 
-
 def build_parser(prog: str = "render.py") -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=prog,
@@ -27,7 +26,8 @@ def build_parser(prog: str = "render.py") -> argparse.ArgumentParser:
     parser.add_argument("--summary", action="store_true",
                         help="print the per-node table (ranks, addresses, NICs, templates) on stdout instead of the "
                              "Workflow; with -o, write the Workflow and print the table")
-    parser.add_argument("--short", action="store_true", help="with --summary: only the first and last rows of a large job")
+    parser.add_argument("--short", action="store_true",
+                        help="with --summary: only the first and last rows of a large job")
     parser.add_argument("-q", "--quiet", action="store_true", help="do not print warnings")
     return parser
 

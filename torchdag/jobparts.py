@@ -11,11 +11,13 @@ from .yamlout import dollar_escape, quantity, quote
 def volumes(values: dict, mounts_driver: bool) -> list[dict]:
     out: list[dict] = []
     if values.get("shmSize"):
-        out.append({"name": catalog()["shmVolume"]["name"], "emptyDir": {"medium": "Memory", "sizeLimit": quantity(values["shmSize"])}})
+        out.append({"name": catalog()["shmVolume"]["name"],
+                    "emptyDir": {"medium": "Memory", "sizeLimit": quantity(values["shmSize"])}})
     if mounts_driver:
         driver = values["ascend"]["driverPath"].rstrip("/")  # the schema's default, or the user's
         for mount in catalog()["ascendMounts"]:
-            out.append({"name": mount["name"], "hostPath": {"path": fill(mount["hostPath"], {"driver": driver}), "type": mount["type"]}})
+            out.append({"name": mount["name"],
+                        "hostPath": {"path": fill(mount["hostPath"], {"driver": driver}), "type": mount["type"]}})
     for volume in values.get("volumes") or []:
         if volume.get("hostPath"):
             host = {"path": volume["hostPath"]["path"]}
@@ -53,7 +55,8 @@ def retry_strategy(values: dict) -> dict | None:
     limit = int(policy.get("maxRestarts") or 0)
     if not limit:
         return None
-    return {"limit": str(limit), "retryPolicy": "Always", "backoff": {"duration": f"{int(policy['backoffSeconds'])}s", "factor": "2"}}
+    return {"limit": str(limit), "retryPolicy": "Always",
+            "backoff": {"duration": f"{int(policy['backoffSeconds'])}s", "factor": "2"}}
 
 
 # The gang's name: one per Workflow run (a retried DAG keeps it).
@@ -83,7 +86,8 @@ def gang(values: dict, nodes: list) -> dict | None:
     if group:
         priority = values["workflow"]["priorityClassName"]
         facts = {"count": str(len(nodes)), "timeout": str(int(scheduling["timeout"])),
-                 "queue": quote(scheduling["queue"]) if scheduling["queue"] else "", "priorityClassName": quote(priority) if priority else ""}
+                 "queue": quote(scheduling["queue"]) if scheduling["queue"] else "",
+                 "priorityClassName": quote(priority) if priority else ""}
         spec = [f"{key}: {value}" for key, value in items(group["spec"], facts)]
         totals: dict[str, int] = {}
         for node in nodes if group["minResources"] else []:
@@ -91,7 +95,8 @@ def gang(values: dict, nodes: list) -> dict | None:
             if name:
                 totals[name] = totals.get(name, 0) + node.devices
         if totals:
-            spec += ["minResources:", *[f"  {quote(name)}: {quote(str(count))}" for name, count in sorted(totals.items())]]
+            spec += ["minResources:",
+                     *[f"  {quote(name)}: {quote(str(count))}" for name, count in sorted(totals.items())]]
         gang["manifest"] = [f"apiVersion: {quote(group['apiVersion'])}", 'kind: "PodGroup"', "metadata:",
                             f"  name: {quote(GANG_NAME)}", "spec:", *[f"  {line}" for line in spec]]
     return gang

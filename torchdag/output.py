@@ -58,7 +58,8 @@ def write_output(output: str | Path, text: str) -> None:
     elif stat.S_ISFIFO(status.st_mode):
         _write_through(target, text, os.O_WRONLY | os.O_NONBLOCK)
     else:
-        kind = "a block device" if stat.S_ISBLK(status.st_mode) else "a socket" if stat.S_ISSOCK(status.st_mode) else "not a regular file"
+        kind = ("a block device" if stat.S_ISBLK(status.st_mode)
+                else "a socket" if stat.S_ISSOCK(status.st_mode) else "not a regular file")
         raise refused(f"is {kind}; torchdag writes only regular files, character devices and FIFOs")
 
 

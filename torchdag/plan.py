@@ -192,7 +192,8 @@ def _mounts(values: dict, facts: dict, mounts_driver: bool) -> list[dict]:
     if facts["ascend"] and mounts_driver:
         out += [{"name": m["name"], "mountPath": m["mountPath"], "readOnly": True} for m in catalog()["ascendMounts"]]
     for volume in values["volumes"]:
-        out.append({"name": volume["name"], "mountPath": volume["mountPath"], **({"readOnly": True} if volume.get("readOnly") else {})})
+        out.append({"name": volume["name"], "mountPath": volume["mountPath"],
+                    **({"readOnly": True} if volume.get("readOnly") else {})})
     return out
 
 
@@ -256,7 +257,8 @@ def make_plan(values: dict) -> Plan:
         placed.append((rank, index, node, kind, devices, address, nic, key))
 
     _shape_names(list(specs.values()))
-    shapes = {key: Shape(**{k: v for k, v in spec.items() if k not in ("base", "suffixes")}) for key, spec in specs.items()}
+    shapes = {key: Shape(**{k: v for k, v in spec.items() if k not in ("base", "suffixes")}) for key,
+              spec in specs.items()}
     planned = []
     for rank, index, node, kind, devices, address, nic, key in placed:
         shape = shapes[key]

@@ -12,8 +12,8 @@ import jinja2
 import yaml
 
 from . import TEMPLATES_DIR
-from .plan import Plan
 from .errors import InternalBug
+from .plan import Plan
 from .problems import Problem, ValuesError
 from .summary import summary_comment
 from .yamlout import quote, sorted_items, toleration
@@ -49,9 +49,10 @@ def render(plan: Plan, source: str = "values") -> str:
     for document in check_documents(text):
         size = json_size(document)
         if size > MAX_OBJECT_BYTES:
-            raise TooLarge(source, [Problem(("nodes",), f"{len(plan.nodes)} nodes make a {_kind(document)} of {size} bytes as the API server "
-                                                        f"stores it (JSON), over the {MAX_OBJECT_BYTES}-byte limit of one Kubernetes object: "
-                                                        "split the job, or shorten args, env and names")])
+            message = (f"{len(plan.nodes)} nodes make a {_kind(document)} of {size} bytes as the API server stores it "
+                       f"(JSON), over the {MAX_OBJECT_BYTES}-byte limit of one Kubernetes object: split the job, "
+                       "or shorten args, env and names")
+            raise TooLarge(source, [Problem(("nodes",), message)])
     return text
 
 
@@ -92,7 +93,7 @@ def check_documents(text: str) -> list[yaml.MappingNode]:
     them a Workflow or WorkflowTemplate with a spec."""
     loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
     try:
-        documents = list(yaml.compose_all(text, Loader=loader))  # noqa: S506
+        documents = list(yaml.compose_all(text, Loader=loader))
     except yaml.YAMLError as err:
         raise RenderBug(f"the rendered YAML does not parse: {err}") from err
     argo = 0

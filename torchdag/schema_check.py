@@ -125,7 +125,8 @@ def _explain(error: jsonschema.ValidationError) -> Iterator[Problem]:
             extra = f" (allowed: {schema['minimum']}-{schema['maximum']})"
         yield Problem(path, f"must be {bound} {error.validator_value}, got {show(value)}{extra}")
     elif kind == "minItems":
-        yield Problem(path, f"must have at least {error.validator_value} item{'s' if error.validator_value != 1 else ''}")
+        yield Problem(path,
+                      f"must have at least {error.validator_value} item{'s' if error.validator_value != 1 else ''}")
     elif kind == "maxItems":
         yield Problem(path, f"must have at most {error.validator_value} items, got {len(value)}")
     elif kind in ("anyOf", "oneOf"):

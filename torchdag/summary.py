@@ -25,10 +25,12 @@ def summary_lines(plan: Plan, short: bool = False) -> list[str]:
     facts = {
         **catalog.catalog()["hcclExecTimeout"],
         "name": v["name"], "count": len(nodes), "worldSize": plan.world_size, "backend": plan.backend,
-        "reason": plan.backend_reason, "master": plan.master.name, "address": plan.master.address, "port": int(v["port"]),
+        "reason": plan.backend_reason, "master": plan.master.name, "address": plan.master.address,
+        "port": int(v["port"]),
         "gang": catalog.fill(texts["gang"]["none" if scheduling["gang"] == "none" else "some"], fields),
         "restarts": int(v["failurePolicy"]["maxRestarts"]), "hcclExecTimeout": hccl, "pgTimeout": int(pg_timeout or 0),
-        "hcclRounded": bool(pg_timeout) and hccl != int(pg_timeout) and any(catalog.is_ascend(s.accelerator) for s in plan.shapes),
+        "hcclRounded": bool(pg_timeout) and hccl != int(pg_timeout)
+                       and any(catalog.is_ascend(shape.accelerator) for shape in plan.shapes),
     }
     lines = catalog.items(texts["lines"], facts)
     header = ("rank", "node", "address", "nic", "accelerator", "devices", "template")
@@ -43,7 +45,8 @@ def summary_lines(plan: Plan, short: bool = False) -> list[str]:
     widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
 
     def line(row) -> str:
-        return "  ".join(cell.rjust(widths[0]) if i == 0 else cell.ljust(widths[i]) for i, cell in enumerate(row)).rstrip()
+        return "  ".join(cell.rjust(widths[0]) if i == 0 else cell.ljust(widths[i]) for i,
+                         cell in enumerate(row)).rstrip()
 
     lines.append(line(header))
     for index, row in enumerate(rows):

@@ -98,7 +98,8 @@ def _node_problems(values: dict) -> list[Problem]:
             continue
         address = _text(node.get("address")) or name
         if name in first_by_name:
-            problems.append(problem("node-duplicate-name", ("nodes", index, "name"), name=name, first=first_by_name[name]))
+            problems.append(problem("node-duplicate-name", ("nodes", index, "name"), name=name,
+                                    first=first_by_name[name]))
         elif address in first_by_address:
             problems.append(problem("node-duplicate-address", ("nodes", index, "address"), address=address,
                                     first=first_by_address[address]))
@@ -131,7 +132,8 @@ def backend_problems(values: dict) -> list[Problem]:
         return []
     distinct = list(dict.fromkeys(kind for _, kind in kinds))
     fields = {"backend": backend, "kinds": ", ".join(distinct), "nnodes": len(values["nodes"])}
-    other = next(((index, kind) for index, kind in kinds if catalog.accelerator(kind)["device"] not in rules.get("devices", [])), None)
+    other = next(((index, kind) for index,
+                  kind in kinds if catalog.accelerator(kind)["device"] not in rules.get("devices", [])), None)
     if rules.get("devices") and other:
         message = catalog.fill(rules["otherDevice"], {**fields, "index": other[0], "kind": other[1]})
     elif rules.get("mixedKinds") and len(distinct) > 1:
@@ -165,7 +167,8 @@ def _size_problems(values: dict) -> list[Problem]:
     if isinstance(annotations, dict):
         size = sum(len(str(k).encode()) + len(str(v).encode()) for k, v in annotations.items())
         if size > limits["annotationBytes"]:
-            problems.append(problem("annotations-too-large", ("annotations",), bytes=size, limit=limits["annotationBytes"]))
+            problems.append(problem("annotations-too-large", ("annotations",), bytes=size,
+                                    limit=limits["annotationBytes"]))
     return problems
 
 
@@ -177,12 +180,14 @@ def _volume_problems(values: dict) -> list[Problem]:
     if values.get("shmSize"):
         taken[catalog.catalog()["shmVolume"]["mountPath"]] = ("volume-on-shm", {})
     if _section(values, "ascend").get("mountDriver") and any(catalog.is_ascend(kind) for _, kind in _kinds(values)):
-        taken.update({m["mountPath"]: ("volume-on-driver", {"mount": m["name"]}) for m in catalog.catalog()["ascendMounts"]})
+        taken.update({m["mountPath"]: ("volume-on-driver",
+                                       {"mount": m["name"]}) for m in catalog.catalog()["ascendMounts"]})
     names: dict[str, int] = {}
     for index, volume in _dicts(values.get("volumes")):
         name, mount_path = _text(volume.get("name")), _text(volume.get("mountPath"))
         if name in names:
-            problems.append(problem("volume-duplicate-name", ("volumes", index, "name"), shown=show(name), first=names[name]))
+            problems.append(problem("volume-duplicate-name", ("volumes", index, "name"), shown=show(name),
+                                    first=names[name]))
         elif name is not None:
             names[name] = index
         if mount_path is None or not mount_path.startswith("/"):

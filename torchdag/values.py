@@ -23,7 +23,8 @@ from . import SCHEMA_PATH
 from .problems import Problem, ValuesError
 from .yamlread import MAX_DEPTH, GraphProblem, load_yaml, yaml_problem
 
-MAX_SAFE_INTEGER = 2**53 - 1  # the largest integer a float64 (Helm's numbers, JSON's in practice) holds with its neighbours
+# The largest integer a float64 (Helm's numbers, JSON's in practice) holds with its neighbours.
+MAX_SAFE_INTEGER = 2**53 - 1
 
 
 def number_problems(data: Any) -> tuple[list[Problem], list[Problem]]:
@@ -43,10 +44,11 @@ def number_problems(data: Any) -> tuple[list[Problem], list[Problem]]:
             stack.extend((path + (index,), item) for index, item in enumerate(value))
         elif isinstance(value, float) and not math.isfinite(value):
             spelling = ".nan" if math.isnan(value) else (".inf" if value > 0 else "-.inf")
-            non_finite.append(Problem(path, f"{spelling} is not a finite number, which JSON, Helm and Kubernetes cannot carry; "
-                                            "give a finite number, or quote it for the string"))
+            non_finite.append(Problem(path, f"{spelling} is not a finite number, which JSON, Helm and Kubernetes "
+                                            "cannot carry; give a finite number, or quote it for the string"))
         elif isinstance(value, int) and not isinstance(value, bool) and abs(value) > MAX_SAFE_INTEGER:
-            too_big.append(Problem(path, f"{value} is beyond 2^53 ({MAX_SAFE_INTEGER + 1}), where Helm's numbers (float64) lose digits; quote it as a string or give a smaller number"))
+            too_big.append(Problem(path, f"{value} is beyond 2^53 ({MAX_SAFE_INTEGER + 1}), where Helm's numbers "
+                                         "(float64) lose digits; quote it as a string or give a smaller number"))
     return non_finite, too_big
 
 
@@ -121,7 +123,8 @@ def _parse(text: str, source: str) -> dict:
     except yaml.YAMLError as err:
         raise ValuesError(source, [Problem((), yaml_problem(err))]) from None
     except RecursionError:  # pragma: no cover - only PyYAML's pure-Python composer recurses
-        raise ValuesError(source, [Problem((), f"lists and mappings are nested more than {MAX_DEPTH} levels deep; the limit is {MAX_DEPTH}")]) from None
+        message = f"lists and mappings are nested more than {MAX_DEPTH} levels deep; the limit is {MAX_DEPTH}"
+        raise ValuesError(source, [Problem((), message)]) from None
     if data is None:
         raise ValuesError(source, [Problem((), "the file is empty; see examples/cluster.yaml")])
     if not isinstance(data, dict):

@@ -157,9 +157,11 @@ def graph_problem(root: yaml.Node) -> str | None:
             key = id(child)
             if key in sizes:
                 alias_edges.setdefault(id(node), set()).add(position)
-                run_decoded, run_aliased = min(run_decoded + 1 + decoded[key], _CAP), min(run_aliased + decoded[key], _CAP)
+                run_decoded, run_aliased = min(run_decoded + 1 + decoded[key], _CAP), min(run_aliased + decoded[key],
+                                                                                          _CAP)
                 ratio = run_aliased / run_decoded
-                if excessive is None and run_aliased > 100 and run_decoded > 1000 and ratio > _allowed_alias_ratio(run_decoded):
+                allowed = _allowed_alias_ratio(run_decoded)
+                if excessive is None and run_aliased > 100 and run_decoded > 1000 and ratio > allowed:
                     excessive = (f"{run_aliased} of the first {run_decoded} values decoded come from aliases "
                                  f"({100 * ratio:.1f}%, excessive aliasing); Helm's YAML reader allows at most "
                                  f"{100 * _allowed_alias_ratio(run_decoded):.0f}%")
@@ -187,7 +189,8 @@ def graph_problem(root: yaml.Node) -> str | None:
             decoded[key] = min(1 + sum(decoded[c] for c in children) + len(alias_edges.pop(key, ())), _CAP)
             distinct += 1
             if depth > MAX_DEPTH:
-                return f"lists and mappings are nested more than {MAX_DEPTH} levels deep (line {node.start_mark.line + 1}); the limit is {MAX_DEPTH}"
+                return (f"lists and mappings are nested more than {MAX_DEPTH} levels deep "
+                        f"(line {node.start_mark.line + 1}); the limit is {MAX_DEPTH}")
     total = sizes[id(root)]
     copies = total - distinct
     if copies > MAX_ALIAS_COPIES:

@@ -24,7 +24,16 @@ import sys
 import time
 import urllib.parse
 
-from kubeapi import PREFIX, Api, ApiError, Exit, default_api_server, one_line, say, write_termination_log  # trainer/kubeapi.py
+from kubeapi import (  # trainer/kubeapi.py
+    PREFIX,
+    Api,
+    ApiError,
+    Exit,
+    default_api_server,
+    one_line,
+    say,
+    write_termination_log,
+)
 
 SA_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 WORKFLOW_LABEL = "workflows.argoproj.io/workflow"
@@ -173,7 +182,7 @@ class Watch:
             if exc.transient:
                 self.transient(exc)
                 return
-            raise self.fatal(exc, "get", "workflows.argoproj.io")
+            raise self.fatal(exc, "get", "workflows.argoproj.io") from exc
         if wf is None:
             raise Exit(0, f"workflow {self.wf} not found in namespace {self.ns}: nothing to watch")
         self.resolved = True
@@ -219,7 +228,7 @@ class Watch:
             if exc.transient:
                 self.transient(exc)
                 return None
-            raise self.fatal(exc, "list", "pods")
+            raise self.fatal(exc, "list", "pods") from exc
         if self.error_key:
             say("API reachable again")
             self.error_key = None
@@ -239,7 +248,7 @@ class Watch:
                 failed = (Exit(2, f"error: could not stop workflow {self.wf}: {exc}", sys.stderr)
                           if exc.transient else self.fatal(exc, "patch", "workflows.argoproj.io"))
                 failed.message += f"; and the gang was not placed: {reason}"
-                raise failed
+                raise failed from exc
             break
         if answer is None:
             raise Exit(0, f"workflow {self.wf} no longer exists: nothing to stop", terminate_note=False)
@@ -303,7 +312,7 @@ def positive(kind):
         try:
             value = kind(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a number")
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
         if not value > 0:
             raise argparse.ArgumentTypeError(f"{text!r} must be greater than 0")
         return value

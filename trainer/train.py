@@ -29,24 +29,35 @@ if __package__ in (None, ""):
 # trainer/device.py.  An explicit setting by the user wins.
 os.environ.setdefault("TORCH_DEVICE_BACKEND_AUTOLOAD", "0")
 
-import datetime  # noqa: E402
-import json  # noqa: E402
-import time  # noqa: E402
-import traceback  # noqa: E402
+import datetime
+import json
+import time
+import traceback
 
-import torch  # noqa: E402
-import torch.distributed as dist  # noqa: E402
-from torch.nn.parallel import DistributedDataParallel as DDP  # noqa: E402
-from torch.utils.data import DistributedSampler  # noqa: E402
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.data import DistributedSampler
 
-from trainer import checkpoint, distckpt, scatter_reduce  # noqa: E402
-from trainer.model import SimpleNet, SyntheticRegression  # noqa: E402
-from trainer.preemption import StopAgreement, StopFlagCarrier, StopRequest, signal_name, stop_agent_restarts  # noqa: E402
-from trainer.config import (EXIT_FAILED, EXIT_OK, EXIT_PREEMPTED, EXIT_USAGE, CheckpointError,  # noqa: E402
-                            Config, LaunchError, Ranks, expand_checkpoint_dir, node_rank_from_env, parse_config,
-                            ranks_from_env)
-from trainer.device import DeviceError, Placement, resolve  # noqa: E402
-from trainer.mixed import CpuBucketGradSync  # noqa: E402
+from trainer import checkpoint, distckpt, scatter_reduce
+from trainer.config import (
+    EXIT_FAILED,
+    EXIT_OK,
+    EXIT_PREEMPTED,
+    EXIT_USAGE,
+    CheckpointError,
+    Config,
+    LaunchError,
+    Ranks,
+    expand_checkpoint_dir,
+    node_rank_from_env,
+    parse_config,
+    ranks_from_env,
+)
+from trainer.device import DeviceError, Placement, resolve
+from trainer.mixed import CpuBucketGradSync
+from trainer.model import SimpleNet, SyntheticRegression
+from trainer.preemption import StopAgreement, StopFlagCarrier, StopRequest, signal_name, stop_agent_restarts
 
 
 class Trainer:
