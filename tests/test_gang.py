@@ -65,7 +65,7 @@ def test_every_training_pod_joins_the_one_gang_of_n(kind):
     # Workflow, naming the unplaced pods, if the gang is not placed within scheduling.timeout.
     watch = templates["gang-watch"]
     assert {"name": "gang-watch", "template": "gang-watch"} in tasks
-    assert watch["container"]["command"] == ["python3", "/opt/torchdag/trainer/gangwatch.py",
+    assert watch["container"]["command"] == ["python3", "/opt/torchdag/trainer/agents/gangwatch.py",
                                              "--workflow={{workflow.name}}",
                                              "--namespace={{workflow.namespace}}", f"--pods={n}", "--timeout=900"]
     assert "schedulerName" not in watch and "affinity" not in watch  # not part of the gang

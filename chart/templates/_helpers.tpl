@@ -1,8 +1,4 @@
-{{/*
-Helpers. The Workflow must equal what render.py prints (torchdag/plan.py and
-templates/workflow.yaml.j2), so each helper names the Python it mirrors.
-Helm reads every YAML number as float64: integers are printed through int64.
-*/}}
+{{/* Helpers, each named after the Python it mirrors. Helm reads every YAML number as float64: integers print through int64. */}}
 
 {{/* Name of every object: the release name (a Workflow cannot be installed with only generateName). */}}
 {{- define "torchdag.fullname" -}}
@@ -33,12 +29,8 @@ app.kubernetes.io/managed-by: {{ .Release.Service | quote }}
 {{- .Values.serviceAccountName | default "default" -}}
 {{- end -}}
 
-{{/*
-A Kubernetes quantity as a string, like yamlout.quantity() (Python's str()): strings verbatim;
-whole numbers as integers (4.0 -> "4"; %.0f is exact at any size); below 1e-4 Python
-switches to exponent form ("1e-05") as Go's %v does; otherwise fixed notation with the
-shortest round-tripping digits, which is how Go's JSON encoder prints it.
-*/}}
+{{/* yamlout.quantity() (Python's str()): whole numbers as integers ("4"); below 1e-4 exponent form
+("1e-05", as Go's %v); otherwise the shortest round-tripping digits (Go's JSON encoder). */}}
 {{- define "torchdag.quantity" -}}
 {{- if kindIs "string" . }}{{ . }}
 {{- else if eq (float64 .) (floor (float64 .)) }}{{ ternary "0" (printf "%.0f" (float64 .)) (eq (float64 .) 0.0) }}
@@ -94,12 +86,8 @@ catalogue's `messages`. Takes (list $catalog "rule-id" "path" (dict fields)). */
 {{- printf "%s: %s" (index . 2) (include "torchdag.fill" (dict "text" (index (index . 0).messages (index . 1)) "fields" (index . 3))) -}}
 {{- end -}}
 
-{{/*
-summary.summary_lines(): the per-node table, from a plan (torchdag.plan), one line each,
-each line starting with .prefix. Takes (dict "plan" $plan "values" .Values "short" bool
-"prefix" string); the short form keeps the first and last four rows of a large job. Rows
-are printed as they are computed: collecting them in a list would be quadratic.
-*/}}
+{{/* summary.summary_lines(): the lines and per-node table, each line after .prefix; .short keeps the first
+and last four rows of a large job. Takes (dict "plan" "values" "short" "prefix"). Rows print as they are computed. */}}
 {{- define "torchdag.summary" -}}
 {{- $plan := .plan -}}
 {{- $v := .values -}}

@@ -1,15 +1,9 @@
 {{/*
-torchdag.plan: torchdag/plan.py's make_plan() for the chart. It fills .plan with the lists
-templates/workflow.yaml prints, computed from the values and the catalogue (_catalog.tpl,
-generated from torchdag/catalog.yaml) exactly as Python computes them:
-  nodes    in rank order (the master first, then the others as listed): task, shape, arguments
-  shapes   one container template per distinct accelerator, devices, resources, NIC mode and
-           HCCL_IF_IP: name, parameters, command, args, env, resources, mounts
-  volumes  the pod volumes; master, backend, backendReason, worldSize, gang, retry, security.
-What goes into a container is catalogue data (`container`), conditioned on and filled from
-the facts computed here under the names plan.py gives them. Every string is already what
-the Workflow holds (Kubernetes' `$$` escaping applied). It validates first, so it only ever
-plans valid values. Usage: include "torchdag.plan" (dict "root" $ "plan" $plan)
+torchdag.plan: torchdag/plan.py's make_plan(), validating first. It fills .plan with what
+_workflow.tpl prints (nodes in rank order, shapes, volumes, master, backend, gang, retry,
+security), every string as the Workflow holds it. What goes into a container is catalogue
+data (`container`), conditioned on and filled from the facts computed here under plan.py's
+names. Usage: include "torchdag.plan" (dict "root" $ "plan" $plan)
 */}}
 {{- define "torchdag.plan" -}}
 {{- $cat := include "torchdag.catalog" .root | fromJson -}}
@@ -31,10 +25,7 @@ plans valid values. Usage: include "torchdag.plan" (dict "root" $ "plan" $plan)
 {{- $backend = (index $cat.kinds $kind.kind).backend -}}
 {{- $reason = include "torchdag.fill" (dict "text" $cat.backendReasons.auto "fields" $kind) -}}
 {{- $limit := include "torchdag.hcclLimit" (dict "catalog" $cat "kind" $kind.kind "values" $v) | fromJson -}}
-{{- if and (eq $backend "hccl") $limit.auto -}}
-{{- $backend = "gloo" -}}
-{{- $reason = include "torchdag.fill" (dict "text" $limit.auto "fields" $kind) -}}
-{{- end -}}
+{{- if and (eq $backend "hccl") $limit.auto }}{{ $backend = "gloo" }}{{ $reason = include "torchdag.fill" (dict "text" $limit.auto "fields" $kind) }}{{ end -}}
 {{- end -}}
 
 {{- /* plan.job_facts: what every shape shares */ -}}
@@ -56,8 +47,7 @@ plans valid values. Usage: include "torchdag.plan" (dict "root" $ "plan" $plan)
 {{- range $nodes }}{{ if (index $cat.kinds (.accelerator | default "cpu")).ascend }}{{ $mountsDriver = $v.ascend.mountDriver }}{{ end }}{{ end -}}
 {{- $userEnv := list -}}
 {{- range $name, $value := $v.env }}{{ $userEnv = append $userEnv (list $name (replace "$" "$$" $value)) }}{{ end -}}
-{{- /* torchrun's ${local_rank} macro reads $$ as $ too: the script and its args are escaped here once,
-       then with every other argument (on the JSON text, where `$` only occurs inside strings) */ -}}
+{{- /* torchrun's ${local_rank} macro reads $$ as $ too: the script and its args are escaped twice (on JSON text) */ -}}
 {{- $scriptArgs := replace "$" "$$" (toJson (prepend ($v.args | default list) $v.script)) | fromJsonArray -}}
 {{- $shmMounts := list -}}
 {{- if $v.shmSize }}{{ $shmMounts = list (dict "name" $cat.shmVolume.name "mountPath" $cat.shmVolume.mountPath) }}{{ end -}}
@@ -70,9 +60,7 @@ plans valid values. Usage: include "torchdag.plan" (dict "root" $ "plan" $plan)
 {{- $shapes := list -}}
 {{- $shapeByKey := dict -}}
 {{- $byBase := dict -}}
-{{- /* nodes in rank order: the master, then the others as listed. Kept in a dict keyed by
-       the zero-padded rank (templates range over a dict in key order): appending to a list
-       copies it, which is quadratic in the number of nodes. */ -}}
+{{- /* nodes in rank order, in a dict keyed by the zero-padded rank: appending to a list is quadratic */ -}}
 {{- $planned := dict -}}
 {{- $worldSize := 0 -}}
 {{- $rank := 0 -}}
@@ -87,9 +75,7 @@ plans valid values. Usage: include "torchdag.plan" (dict "root" $ "plan" $plan)
 {{- $nicMode := ternary "none" (ternary "auto" "named" (eq $nic "auto")) (eq $nic "") -}}
 {{- $hasIfIp := and $entry.ifIp (regexMatch $cat.ipv4 $address) -}}
 {{- $resourcesKey := printf "%s|%d|%s" $kind $devices (ternary (toJson $node.resources) "-" (hasKey $node "resources")) -}}
-{{- if not (hasKey $resourcesByKey $resourcesKey) -}}
-{{- $_ := set $resourcesByKey $resourcesKey (include "torchdag.resources" (dict "node" $node "values" $v "entry" $entry "kind" $kind "devices" $devices) | fromJson) -}}
-{{- end -}}
+{{- if not (hasKey $resourcesByKey $resourcesKey) }}{{ $_ := set $resourcesByKey $resourcesKey (include "torchdag.resources" (dict "node" $node "values" $v "entry" $entry "kind" $kind "devices" $devices) | fromJson) }}{{ end -}}
 {{- $resources := index $resourcesByKey $resourcesKey -}}
 {{- $key := printf "%s|%d|%s|%s|%t" $kind $devices (toJson $resources) $nicMode $hasIfIp -}}
 {{- if not (hasKey $shapeByKey $key) -}}
@@ -103,9 +89,7 @@ plans valid values. Usage: include "torchdag.plan" (dict "root" $ "plan" $plan)
 {{- $command := list -}}
 {{- if $setEnv }}{{ $command = list "/bin/bash" "-c" $cat.setEnvWrapper "torchdag-set-env" (replace "$" "$$" $setEnv) }}{{ end -}}
 {{- $words := list -}}
-{{- if or $v.preflight.enabled (eq $nicMode "auto") -}}
-{{- $words = concat $v.preflight.command (include "torchdag.items" (dict "items" $container.preflightArgs "facts" $facts) | fromJsonArray) -}}
-{{- end -}}
+{{- if or $v.preflight.enabled (eq $nicMode "auto") }}{{ $words = concat $v.preflight.command (include "torchdag.items" (dict "items" $container.preflightArgs "facts" $facts) | fromJsonArray) }}{{ end -}}
 {{- $words = concat $words (include "torchdag.items" (dict "items" (index $container.launchers $v.launcher.type) "facts" $facts) | fromJsonArray) -}}
 {{- $command = concat $command (replace "$" "$$" (toJson $words) | fromJsonArray) -}}
 {{- $args := concat (include "torchdag.items" (dict "items" $container.launcherArgs "facts" $facts) | fromJsonArray) ($v.launcher.extraArgs | default list) $scriptArgs -}}
@@ -155,9 +139,7 @@ plans valid values. Usage: include "torchdag.plan" (dict "root" $ "plan" $plan)
 {{- end -}}
 
 {{- /* jobparts.retry_strategy: whole-job restarts */ -}}
-{{- if $restarts -}}
-{{- $_ := set $plan "retry" (dict "limit" (toString $restarts) "retryPolicy" "Always" "backoff" (dict "duration" (printf "%ds" (int64 $v.failurePolicy.backoffSeconds)) "factor" "2")) -}}
-{{- end -}}
+{{- if $restarts }}{{ $_ := set $plan "retry" (dict "limit" (toString $restarts) "retryPolicy" "Always" "backoff" (dict "duration" (printf "%ds" (int64 $v.failurePolicy.backoffSeconds)) "factor" "2")) }}{{ end -}}
 {{- include "torchdag.gang" (dict "plan" $plan "values" $v "catalog" $cat "nodes" $planned) -}}
 
 {{- /* jobparts.container_security */ -}}
@@ -171,10 +153,8 @@ plans valid values. Usage: include "torchdag.plan" (dict "root" $ "plan" $plan)
 
 {{- $labels := dict "torchdag.io/job" $v.name -}}
 {{- range $key, $value := $v.labels }}{{ $_ := set $labels $key $value }}{{ end -}}
-{{- range $field, $value := dict "security" $security "nodes" $planned "shapes" $shapes "volumes" $volumes "labels" $labels "worldSize" $worldSize -}}
-{{- $_ := set $plan $field $value -}}
-{{- end -}}
-{{- range $field, $value := dict "master" (index $planned (printf "%08d" 0)) "backend" $backend "backendReason" $reason "catalog" $cat -}}
+{{- range $field, $value := dict "security" $security "nodes" $planned "shapes" $shapes "volumes" $volumes "labels" $labels
+      "worldSize" $worldSize "master" (index $planned (printf "%08d" 0)) "backend" $backend "backendReason" $reason "catalog" $cat -}}
 {{- $_ := set $plan $field $value -}}
 {{- end -}}
 {{- end -}}

@@ -1,9 +1,6 @@
 {{/*
-The rules values.schema.json cannot express: torchdag/validate.py's semantic_problems and
-string_problems for the chart, each under the rule id render.py names it by, worded by the
-catalogue's `messages` (torchdag.problem). One line per problem, "field.path: message", all
-reported at once. Helm has checked the schema (and the rules it states) before any template runs.
-Usage: include "torchdag.validate" (dict "root" $ "catalog" $catalog)
+The rules values.schema.json cannot state (Helm has checked it first): validate.py's, each under its rule id,
+worded by the catalogue's `messages`; one line per problem, all at once. (dict "root" $ "catalog" $catalog)
 */}}
 {{- define "torchdag.validate" -}}
 {{- $v := .root.Values -}}
@@ -60,23 +57,17 @@ Usage: include "torchdag.validate" (dict "root" $ "catalog" $catalog)
 {{- /* rules env-too-long, arg-too-long, annotations-too-large: limits in bytes (catalogue `limits`) */ -}}
 {{- $limit := int $cat.limits.argBytes -}}
 {{- range $key, $value := $v.env -}}
-{{- if gt (add (len $key) 1 (len $value)) $limit -}}
-{{- $problems = append $problems (include "torchdag.problem" (list $cat "env-too-long" (printf "env.%s" $key) (dict "bytes" (len $value) "limit" $limit))) -}}
-{{- end -}}
+{{- if gt (add (len $key) 1 (len $value)) $limit }}{{ $problems = append $problems (include "torchdag.problem" (list $cat "env-too-long" (printf "env.%s" $key) (dict "bytes" (len $value) "limit" $limit))) }}{{ end -}}
 {{- end -}}
 {{- $words := dict "script" $v.script -}}
 {{- range $index, $word := $v.args }}{{ $_ := set $words (printf "args[%d]" $index) $word }}{{ end -}}
 {{- range $index, $word := ($v.launcher | default dict).extraArgs }}{{ $_ := set $words (printf "launcher.extraArgs[%d]" $index) $word }}{{ end -}}
 {{- range $path, $word := $words -}}
-{{- if gt (len $word) $limit -}}
-{{- $problems = append $problems (include "torchdag.problem" (list $cat "arg-too-long" $path (dict "bytes" (len $word) "limit" $limit))) -}}
-{{- end -}}
+{{- if gt (len $word) $limit }}{{ $problems = append $problems (include "torchdag.problem" (list $cat "arg-too-long" $path (dict "bytes" (len $word) "limit" $limit))) }}{{ end -}}
 {{- end -}}
 {{- $annotationBytes := 0 -}}
 {{- range $key, $value := $v.annotations }}{{ $annotationBytes = add $annotationBytes (len $key) (len $value) }}{{ end -}}
-{{- if gt $annotationBytes (int $cat.limits.annotationBytes) -}}
-{{- $problems = append $problems (include "torchdag.problem" (list $cat "annotations-too-large" "annotations" (dict "bytes" $annotationBytes "limit" (int $cat.limits.annotationBytes)))) -}}
-{{- end -}}
+{{- if gt $annotationBytes (int $cat.limits.annotationBytes) }}{{ $problems = append $problems (include "torchdag.problem" (list $cat "annotations-too-large" "annotations" (dict "bytes" $annotationBytes "limit" (int $cat.limits.annotationBytes)))) }}{{ end -}}
 
 {{- /* rules volume-*: each mount path (in canonical form) is taken once, by torchdag's own volumes first */ -}}
 {{- $taken := dict -}}
@@ -100,9 +91,7 @@ Usage: include "torchdag.validate" (dict "root" $ "catalog" $catalog)
 {{- /* Chart only: values.yaml's placeholders for the required keys let `helm lint` render; a real release refuses them. */ -}}
 {{- if or .root.Release.IsInstall .root.Release.IsUpgrade -}}
 {{- range $key, $placeholder := $cat.chartPlaceholders -}}
-{{- if eq (toJson (index $v $key)) (toJson $placeholder) -}}
-{{- $problems = append $problems (include "torchdag.problem" (list $cat "chart-placeholder" $key (dict "placeholder" (toJson $placeholder)))) -}}
-{{- end -}}
+{{- if eq (toJson (index $v $key)) (toJson $placeholder) }}{{ $problems = append $problems (include "torchdag.problem" (list $cat "chart-placeholder" $key (dict "placeholder" (toJson $placeholder)))) }}{{ end -}}
 {{- end -}}
 {{- end -}}
 
@@ -111,10 +100,7 @@ Usage: include "torchdag.validate" (dict "root" $ "catalog" $catalog)
 {{- end -}}
 {{- end -}}
 
-{{/*
-Walks every value (keys included) for what validate._string_problem refuses, collecting
-"path: message" lines in .found.problems; paths are written as render.py writes them.
-*/}}
+{{/* validate.string_problems: every value and key, "path: message" lines collected in .found.problems. */}}
 {{- define "torchdag.validate.strings" -}}
 {{- $path := .path -}}
 {{- $found := .found -}}

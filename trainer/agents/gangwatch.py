@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Bounded wait for a gang: stop the Workflow if its training pods are not all placed in time.
 
-    python3 trainer/gangwatch.py --workflow=NAME --namespace=NS --pods=N --timeout=SECONDS
+    python3 trainer/agents/gangwatch.py --workflow=NAME --namespace=NS --pods=N --timeout=SECONDS
 
 With `scheduling.gang` set, the rendered Workflow runs this as the task `gang-watch`,
 beside the training tasks.  It polls the Kubernetes API for the Workflow's training
@@ -24,16 +24,12 @@ import sys
 import time
 import urllib.parse
 
-from kubeapi import (  # trainer/kubeapi.py
-    PREFIX,
-    Api,
-    ApiError,
-    Exit,
-    default_api_server,
-    one_line,
-    say,
-    write_termination_log,
-)
+if __package__ in (None, ""):
+    # Run by path (python3 /opt/torchdag/trainer/agents/gangwatch.py): import the package from
+    # the folder above trainer/, as trainer/train.py does.
+    sys.path[0] = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from trainer.agents.kubeapi import PREFIX, Api, ApiError, Exit, default_api_server, one_line, say, write_termination_log
 
 SA_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 WORKFLOW_LABEL = "workflows.argoproj.io/workflow"
@@ -321,7 +317,7 @@ def positive(kind):
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="trainer/gangwatch.py", allow_abbrev=False,
+        prog="trainer/agents/gangwatch.py", allow_abbrev=False,
         formatter_class=argparse.RawDescriptionHelpFormatter,
         description=(
             "Bounded wait for a gang-scheduled torchdag Workflow (its `gang-watch` task).\n\n"

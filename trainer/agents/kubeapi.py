@@ -1,4 +1,4 @@
-"""A small in-cluster Kubernetes API client for trainer/gangwatch.py: standard library
+"""A small in-cluster Kubernetes API client for trainer/agents/gangwatch.py: standard library
 only (urllib, ssl, json), so it runs in the training image without a Kubernetes client.
 Errors are one line: ApiError for a call that failed, Exit for a reason to stop."""
 
@@ -12,12 +12,14 @@ import urllib.error
 import urllib.parse
 import urllib.request
 
+from trainer.errors import TrainerError
+
 PREFIX = "[gang-watch]"
 REQUEST_TIMEOUT = 10.0
 TERMINATION_LOG_LIMIT = 4000  # Kubernetes keeps at most 4096 bytes of a termination message
 
 
-class Exit(Exception):
+class Exit(TrainerError):
     """Stop with this status; message (if any) is printed, and written as the
     termination message when the status is not 0."""
 
@@ -29,7 +31,7 @@ class Exit(Exception):
         self.terminate_note = terminate_note
 
 
-class ApiError(Exception):
+class ApiError(TrainerError):
     """An API call that did not succeed.  status is None when there was no HTTP answer."""
 
     def __init__(self, method: str, path: str, status: int | None, detail: str):
