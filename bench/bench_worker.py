@@ -21,9 +21,9 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DistributedSampler
 
 from trainer.config import Config, ranks_from_env
+from trainer.ddp import Trainer
 from trainer.device import resolve
 from trainer.model import SimpleNet, SyntheticRegression
-from trainer.ddp import Trainer
 
 
 def bare_ddp(steps: int, hidden: int, batch: int = 32, dataset_size: int = 4096) -> float:
