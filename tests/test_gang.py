@@ -5,6 +5,7 @@ after scheduling.timeout, and `gang: none` changes nothing."""
 from __future__ import annotations
 
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -130,7 +131,7 @@ def test_chart_rbac_lets_the_workflow_apply_its_podgroup(helm, tmp_path, kind, g
 def test_local_runner_says_what_it_ignores(tmp_path):
     path = tmp_path / "local.yaml"
     path.write_text((REPO / "examples" / "local.yaml").read_text() + "scheduling: {gang: volcano, queue: q}\n")
-    result = subprocess.run([str(REPO / ".venv" / "bin" / "python"), "-m", "torchdag.localrun", str(path), "--dry-run"],
+    result = subprocess.run([sys.executable, "-m", "torchdag.localrun", str(path), "--dry-run"],
                             capture_output=True, text=True, cwd=REPO, timeout=60)
     assert result.returncode == 0, result.stderr
     assert ("[localrun] ignored: task gang (creates the gang's PodGroup: gang scheduling is not simulated"
