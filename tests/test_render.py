@@ -22,6 +22,8 @@ from torchdag.cli import main
 from torchdag.pipeline import build
 from torchdag.problems import ValuesError
 
+RENDER_PY = [sys.executable, str(REPO / "render.py")]
+
 PAIRS = golden_pairs()
 PAIR_IDS = [f"{values.parent.name}/{values.stem}" for values, _ in PAIRS]
 
@@ -96,14 +98,12 @@ def test_yamllint_strict_on_every_render(tmp_path):
     assert result.returncode == 0, result.stdout + result.stderr
 
 
-@pytest.mark.parametrize("values",
-                         [REPO / "examples" / "cluster.yaml", REPO / "tests" / "cases" / "hostile-strings.yaml"])
+@pytest.mark.parametrize("values", [REPO / "examples" / "cluster.yaml", REPO / "tests/cases/hostile-strings.yaml"])
 def test_deterministic_across_processes(values, tmp_path):
     outputs = []
     for seed in ("0", "1", "random"):
         env = dict(os.environ, PYTHONHASHSEED=seed)
-        result = subprocess.run([sys.executable, str(REPO / "render.py"), str(values)], capture_output=True, env=env,
-                                check=True)
+        result = subprocess.run([*RENDER_PY, str(values)], capture_output=True, env=env, check=True)
         outputs.append(result.stdout)
     assert outputs[0] == outputs[1] == outputs[2]
 
@@ -182,8 +182,7 @@ def test_accelerator_resources_and_nic_env_per_kind():
     assert npu_env["HCCL_SOCKET_IFNAME"] == "=enp2" and npu_env["HCCL_IF_IP"] == "10.0.0.2"
     assert "GLOO_SOCKET_IFNAME" not in cpu_env  # no nic given for cpu-1
     assert all(env["TORCHDAG_BACKEND"] == "gloo" for env in (gpu_env, npu_env, cpu_env))
-    assert [gpu_env["TORCHDAG_DEVICE"], npu_env["TORCHDAG_DEVICE"], cpu_env["TORCHDAG_DEVICE"]] == ["cuda", "npu",
-                                                                                                    "cpu"]
+    assert [env["TORCHDAG_DEVICE"] for env in (gpu_env, npu_env, cpu_env)] == ["cuda", "npu", "cpu"]
     # nic: auto goes through preflight, which discovers the NIC before exec'ing torchrun
     argv, _ = container_process(auto)
     exec_at = argv.index("--exec")
@@ -281,13 +280,11 @@ def test_cli_exit_status_and_no_traceback(tmp_path):
     values.write_text(BAD_CASES[0].text)
     out = tmp_path / "workflow.yaml"
     out.write_text("previous render\n")
-    result = subprocess.run([sys.executable, str(REPO / "render.py"), str(values), "-o", str(out)],
-                            capture_output=True, text=True)
+    result = subprocess.run([*RENDER_PY, str(values), "-o", str(out)], capture_output=True, text=True)
     assert result.returncode == 2
     assert "Traceback" not in result.stderr and result.stdout == ""
     assert out.read_text() == "previous render\n", "a failed render must leave the old output alone"
-    missing = subprocess.run([sys.executable, str(REPO / "render.py"), str(tmp_path / "nope.yaml")],
-                             capture_output=True, text=True)
+    missing = subprocess.run([*RENDER_PY, str(tmp_path / "nope.yaml")], capture_output=True, text=True)
     assert missing.returncode == 2 and missing.stderr.strip() == f"{tmp_path / 'nope.yaml'}: (top level): no such file"
 
 
@@ -295,8 +292,7 @@ def test_cli_writes_check_and_stdout(tmp_path):
     example = REPO / "examples" / "cluster.yaml"
     out = tmp_path / "deep" / "workflow.yaml"
     def run(*a):
-        return subprocess.run([sys.executable, str(REPO / "render.py"), *a], capture_output=True, text=True)
-
+        return subprocess.run([*RENDER_PY, *a], capture_output=True, text=True)
     written = run(str(example), "-o", str(out))
     assert written.returncode == 0 and written.stdout == ""
     printed = run(str(example))
@@ -309,8 +305,7 @@ def test_cli_writes_check_and_stdout(tmp_path):
 def test_warns_about_nodes_without_nic(tmp_path):
     values = tmp_path / "cluster.yaml"
     values.write_text("name: a\nimage: i\nscript: /t.py\nnodes:\n  - {name: n1, nic: eth0}\n  - {name: n2}\n")
-    result = subprocess.run([sys.executable, str(REPO / "render.py"), str(values), "--check"], capture_output=True,
-                            text=True)
+    result = subprocess.run([*RENDER_PY, str(values), "--check"], capture_output=True, text=True)
     assert result.returncode == 0
     assert "nodes[1].nic: not set" in result.stderr and "nodes[0]" not in result.stderr
 
@@ -383,8 +378,7 @@ def test_unwritable_output_is_one_line_not_a_traceback(target, tmp_path):
     (tmp_path / "is-a-dir").mkdir()
     (tmp_path / "under-a-file").write_text("a file, not a folder\n")
     out = tmp_path / target
-    result = subprocess.run([sys.executable, str(REPO / "render.py"), str(REPO / "examples" / "cluster.yaml"), "-o",
-                             str(out)],
+    result = subprocess.run([*RENDER_PY, str(REPO / "examples" / "cluster.yaml"), "-o", str(out)],
                             capture_output=True, text=True)
     assert result.returncode == 1 and "Traceback" not in result.stderr
     assert result.stderr.startswith(f"render.py: cannot write {out}: ") and len(result.stderr.splitlines()) == 1

@@ -13,6 +13,9 @@ from pathlib import Path
 import pytest
 import torch
 
+from trainer import checkpoint
+from trainer.config import LaunchError, ranks_from_env
+from trainer.device import DeviceError, resolve
 from trainer_helpers import (
     JOB_TIMEOUT,
     REPO,
@@ -32,12 +35,6 @@ from trainer_helpers import (
     torchrun_cmd,
     wait_all,
 )
-
-sys.path.insert(0, str(REPO))
-
-from trainer import checkpoint
-from trainer.config import LaunchError, ranks_from_env
-from trainer.device import DeviceError, resolve
 
 pytestmark = pytest.mark.torch  # real torchrun jobs and the trainer's modules
 

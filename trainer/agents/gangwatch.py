@@ -24,9 +24,7 @@ import sys
 import time
 import urllib.parse
 
-if __package__ in (None, ""):
-    # Run by path (python3 /opt/torchdag/trainer/agents/gangwatch.py): import the package from
-    # the folder above trainer/, as trainer/train.py does.
+if __package__ in (None, ""):  # run by path: import the package from above trainer/, as train.py does
     sys.path[0] = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from trainer.agents.kubeapi import PREFIX, Api, ApiError, Exit, default_api_server, one_line, say, write_termination_log
