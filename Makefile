@@ -1,6 +1,7 @@
 # torchdag — `make render VALUES=cluster.yaml` and `make test` work on a fresh machine:
 # every tool they need is installed here (all git-ignored): .venv-render/ (Jinja2, PyYAML,
-# jsonschema: all that render and check need, seconds to install), .venv/ (the whole test
+# jsonschema: all that render and check need, seconds to install), .venv-fast/ (those and
+# the test and lint tools, no torch: `make test-fast`, `make lint`), .venv/ (the whole test
 # environment, torch included), .venv-ascend/ (torch + the real torch_npu wheel, for
 # tests/test_ascend_wheel.py) and .tools/ (helm, kubectl and the Go-built tools: Argo's
 # validator, its controller and executor, the local control plane).
@@ -57,12 +58,12 @@ ASCEND_VENV := .venv-ascend
 ASCEND_STAMP := $(ASCEND_VENV)/.installed
 ASCEND_REQ := requirements-ascend-test.txt
 
-.PHONY: help setup render check test golden smoke chart-sync bench lint clean ascend-venv argo-lint go-tools
+.PHONY: help setup render check test test-fast golden smoke chart-sync bench lint clean ascend-venv argo-lint go-tools
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 14
 
-$(VENV_STAMP): requirements-dev.txt requirements-render.txt
+$(VENV_STAMP): requirements-dev.txt requirements-fast.txt requirements-render.txt
 	$(PYTHON_SYS) -m venv $(VENV)
 	$(PY) -m pip install --quiet --disable-pip-version-check --upgrade pip
 	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements-dev.txt
@@ -165,7 +166,24 @@ render: $(RENDER_STAMP) ## render VALUES (default examples/cluster.yaml) to OUT/
 check: $(RENDER_STAMP) ## validate VALUES only (light venv, no torch)
 	$(RENDER_PY) render.py --check $(VALUES)
 
-test: $(VENV_STAMP) $(HELM) $(ASCEND_STAMP) $(ARGOLINT) $(ARGOLINT_V3) $(KUBEEXPAND) ## install everything and run the whole test suite
+# The fast tier: the render venv's requirements and the test and lint tools, no torch and no
+# Go (requirements-fast.txt); a venv with pip, which tests/test_packaging.py builds wheels with.
+FAST_VENV := .venv-fast
+FAST_STAMP := $(FAST_VENV)/.installed
+# The heavy tiers (pytest.ini declares the markers): torch, root with network namespaces,
+# the real torch_npu wheel, the Go-built tools.
+FAST_MARKERS := not torch and not netns and not ascend and not go
+
+$(FAST_STAMP): requirements-fast.txt requirements-render.txt
+	rm -rf $(FAST_VENV)
+	$(PYTHON_SYS) -m venv $(FAST_VENV)
+	$(FAST_VENV)/bin/python -m pip install $(PIP_FLAGS) -r requirements-fast.txt
+	touch $@
+
+test-fast: $(FAST_STAMP) $(HELM) ## every render, schema, chart and front-door test: no torch, no Go (a minute or two)
+	HELM=$(abspath $(HELM)) $(FAST_VENV)/bin/python -m pytest -n 2 -m "$(FAST_MARKERS)" tests
+
+test: lint $(VENV_STAMP) $(HELM) $(ASCEND_STAMP) $(ARGOLINT) $(ARGOLINT_V3) $(KUBEEXPAND) ## lint, then install everything and run the whole test suite
 	HELM=$(abspath $(HELM)) ARGOLINT=$(abspath $(ARGOLINT)) ARGOLINT_V3=$(abspath $(ARGOLINT_V3)) KUBEEXPAND=$(abspath $(KUBEEXPAND)) \
 		TORCHDAG_ASCEND_VENV_REQUIRED=1 $(PY) -m pytest -n 2 tests
 
@@ -187,8 +205,9 @@ bench: $(VENV_STAMP) $(HELM) $(BENCH_VENV)/.installed ## render, helm and TorchX
 	HELM=$(abspath $(HELM)) $(PY) bench/bench_render.py
 	$(PY) bench/bench_trainer.py
 
-lint: $(VENV_STAMP) ## yamllint the golden Workflows (what users review)
-	$(VENV)/bin/yamllint --strict .yamllint tests/golden
+lint: $(FAST_STAMP) ## ruff (pyproject.toml) on the Python, yamllint on the golden Workflows (what users review)
+	$(FAST_VENV)/bin/ruff check .
+	$(FAST_VENV)/bin/yamllint --strict .yamllint tests/golden
 
 clean: ## remove build outputs (keeps .venv, .venv-render and .tools)
 	rm -rf $(OUT) .pytest_cache .hypothesis dist

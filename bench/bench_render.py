@@ -23,9 +23,11 @@ ARGO_LIMIT = 1024 * 1024
 
 
 def values_text(nodes: int) -> str:
-    lines = [f"  - {{name: node-{i:04d}, address: 10.{i // 250}.{i % 250}.1, nic: enp189s0f0, accelerator: ascend910, devices: {DEVICES}}}"
+    lines = [f"  - {{name: node-{i:04d}, address: 10.{i // 250}.{i % 250}.1, nic: enp189s0f0, "
+             f"accelerator: ascend910, devices: {DEVICES}}}"
              for i in range(nodes)]
-    return "name: bench\nimage: registry.example.com/train:1.0\nscript: /workspace/train.py\nnodes:\n" + "\n".join(lines) + "\n"
+    head = "name: bench\nimage: registry.example.com/train:1.0\nscript: /workspace/train.py\nnodes:\n"
+    return head + "\n".join(lines) + "\n"
 
 
 def run_measured(argv: list[str], stdout_path: Path | None = None) -> tuple[float, int, int]:
@@ -65,11 +67,13 @@ def many_args_line(args, tmp: Path) -> str:
     """The chart used to be quadratic in the number of args (40,000 args: 18.6 s)."""
     words = ", ".join(f'"--flag{i}=$x"' for i in range(40_000))
     values = tmp / "many-args.yaml"
-    values.write_text(f"name: args\nimage: img:1\nscript: /t.py\nargs: [{words}]\nnodes: [{{name: n1}}, {{name: n2}}]\n")
+    values.write_text(f"name: args\nimage: img:1\nscript: /t.py\nargs: [{words}]\n"
+                      "nodes: [{name: n1}, {name: n2}]\n")
     py = median_run([sys.executable, "render.py", "-q", str(values)], args.repeat)[0]
     line = f"40,000 script args: render.py {py:.3f} s"
     if Path(args.helm).is_file():
-        line += f", helm template {median_run([args.helm, 'template', 'bench', 'chart', '-f', str(values)], args.repeat)[0]:.3f} s"
+        helm_s = median_run([args.helm, "template", "bench", "chart", "-f", str(values)], args.repeat)[0]
+        line += f", helm template {helm_s:.3f} s"
     return line
 
 
@@ -111,9 +115,11 @@ def main() -> int:
             values = tmp / f"n{nodes}.yaml"
             values.write_text(values_text(nodes))
             out = tmp / f"n{nodes}.workflow.yaml"
-            r_sec, r_rss, r_size = median_run([sys.executable, "render.py", str(values), "-o", str(out)], args.repeat, output_file=out)
+            r_sec, r_rss, r_size = median_run([sys.executable, "render.py", str(values), "-o", str(out)], args.repeat,
+                                              output_file=out)
             warm = in_process_seconds(values, args.repeat)
-            row = {"nodes": nodes, "render_s": r_sec, "render_warm_s": warm, "render_mib": r_rss, "render_bytes": r_size,
+            row = {"nodes": nodes, "render_s": r_sec, "render_warm_s": warm, "render_mib": r_rss,
+                   "render_bytes": r_size,
                    "json_bytes": json_bytes(out)}
             for name, command, _, _ in others:
                 measured = median_run(command(values, nodes), args.repeat, stdout_path=tmp / f"n{nodes}.{name}.out")
@@ -122,7 +128,8 @@ def main() -> int:
         args_line = many_args_line(args, tmp)
 
     print(f"Render benchmark: N nodes x {DEVICES} Ascend 910, median of {args.repeat} runs, peak RSS of the process")
-    print("render.py s = whole CLI process (interpreter start + imports + load/validate/plan/render/write); warm s = the pipeline alone\n")
+    print("render.py s = whole CLI process (interpreter start + imports + load/validate/plan/render/write); "
+          "warm s = the pipeline alone\n")
     header = f"{'nodes':>5} | {'render.py s':>11} {'warm s':>7} {'MiB':>5} {'bytes':>9} {'JSON B':>9} {'B/node':>6}"
     for name, _, ratio_header, _ in others:
         header += f" | {name + ' s':>8} {'MiB':>5} {'bytes':>9} {ratio_header:>10}"
@@ -131,14 +138,15 @@ def main() -> int:
     base = rows[0]["render_bytes"]
     for row in rows:
         per_node = (row["render_bytes"] - base) / (row["nodes"] - SIZES[0]) if row["nodes"] > SIZES[0] else 0
-        line = (f"{row['nodes']:>5} | {row['render_s']:>11.3f} {row['render_warm_s']:>7.3f} {row['render_mib']:>5} {row['render_bytes']:>9}"
-                f" {row['json_bytes']:>9} {per_node:>6.0f}")
+        line = (f"{row['nodes']:>5} | {row['render_s']:>11.3f} {row['render_warm_s']:>7.3f} {row['render_mib']:>5} "
+                f"{row['render_bytes']:>9} {row['json_bytes']:>9} {per_node:>6.0f}")
         for name, _, _, ratio in others:
             line += f" | {row[name + '_s']:>8.3f} {row[name + '_mib']:>5} {row[name + '_bytes']:>9} {ratio(row):>10.2f}"
         print(line)
     largest = rows[-1]
     verdict = "under" if largest["json_bytes"] < ARGO_LIMIT else "OVER"
-    print(f"\n{largest['nodes']}-node x {DEVICES} Workflow: {largest['render_bytes']} bytes of YAML, {largest['json_bytes']} bytes as stored (JSON), "
+    print(f"\n{largest['nodes']}-node x {DEVICES} Workflow: {largest['render_bytes']} bytes of YAML, "
+          f"{largest['json_bytes']} bytes as stored (JSON), "
           f"{verdict} the {ARGO_LIMIT}-byte object limit; rendered in {largest['render_s']:.2f} s")
     print(args_line)
     measured = {name for name, *_ in others}

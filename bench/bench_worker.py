@@ -1,5 +1,5 @@
 """One torchrun worker of bench_trainer.py: alternates the bare DDP loop and
-trainer/train.py's training loop in the same process group, so that both see
+trainer/ddp.py's training loop in the same process group, so that both see
 the same machine load and one launch serves every repetition."""
 
 from __future__ import annotations
@@ -15,15 +15,15 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import torch  # noqa: E402
-import torch.distributed as dist  # noqa: E402
-from torch.nn.parallel import DistributedDataParallel as DDP  # noqa: E402
-from torch.utils.data import DistributedSampler  # noqa: E402
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.data import DistributedSampler
 
-from trainer.config import Config, ranks_from_env  # noqa: E402
-from trainer.device import resolve  # noqa: E402
-from trainer.model import SimpleNet, SyntheticRegression  # noqa: E402
-from trainer.train import Trainer  # noqa: E402
+from trainer.config import Config, ranks_from_env
+from trainer.ddp import Trainer
+from trainer.device import resolve
+from trainer.model import SimpleNet, SyntheticRegression
 
 
 def bare_ddp(steps: int, hidden: int, batch: int = 32, dataset_size: int = 4096) -> float:
@@ -71,7 +71,7 @@ def main() -> None:
         def run_trainer(grad_sync: str) -> dict:
             cfg = Config(max_steps=args.steps, epochs=None, hidden=args.hidden, log_every=0,
                          metrics_file=metrics, grad_sync=grad_sync)
-            Trainer(cfg, ranks, place).run_example()
+            Trainer(cfg, ranks, place).train()
             return json.loads(Path(metrics).read_text()) if ranks.rank == 0 else {}
 
         for _ in range(args.reps):

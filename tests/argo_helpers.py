@@ -41,7 +41,8 @@ def validate_argo(doc: dict) -> None:
 
 
 def substitute(value: Any, parameters: dict[str, str], workflow_name: str = "wf-test") -> Any:
-    """Argo's `{{inputs.parameters.X}}` / `{{workflow.name}}` / `{{workflow.namespace}}` substitution over a whole template."""
+    """Argo's `{{inputs.parameters.X}}` / `{{workflow.name}}` / `{{workflow.namespace}}` substitution over a
+    whole template."""
     text = json.dumps(value)
 
     def replace(match: re.Match) -> str:
@@ -75,15 +76,18 @@ def task_pods(doc: dict) -> dict[str, dict]:
         for key in ("affinity", "nodeSelector", "tolerations"):
             if key in template:
                 pod_spec[key] = template[key]
-        for key in ("hostNetwork", "dnsPolicy", "securityContext", "imagePullSecrets", "serviceAccountName", "tolerations", "nodeSelector", "volumes"):
+        for key in ("hostNetwork", "dnsPolicy", "securityContext", "imagePullSecrets", "serviceAccountName",
+                    "tolerations", "nodeSelector", "volumes"):
             if key in spec and key not in pod_spec:
                 pod_spec[key] = copy.deepcopy(spec[key])
         if "podPriorityClassName" in spec:
             pod_spec["priorityClassName"] = spec["podPriorityClassName"]
         if "schedulerName" in template:
             pod_spec["schedulerName"] = template["schedulerName"]
-        metadata = {"name": f"wf-test-{task['name']}", "labels": {**spec.get("podMetadata", {}).get("labels", {}), **template.get("metadata", {}).get("labels", {})}}
-        annotations = {**spec.get("podMetadata", {}).get("annotations", {}), **template.get("metadata", {}).get("annotations", {})}
+        metadata = {"name": f"wf-test-{task['name']}", "labels": {**spec.get("podMetadata", {}).get("labels", {}),
+                                                                  **template.get("metadata", {}).get("labels", {})}}
+        annotations = {**spec.get("podMetadata", {}).get("annotations", {}),
+                       **template.get("metadata", {}).get("annotations", {})}
         if annotations:
             metadata["annotations"] = annotations
         pods[task["name"]] = {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": pod_spec}

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import yaml
 
-REPO = Path(__file__).resolve().parent.parent
+from helpers import REPO
+
 CHART = REPO / "chart"
 RELEASE = "t"
 ARGO_KINDS = ("Workflow", "WorkflowTemplate")
@@ -28,7 +29,7 @@ def helm_template(helm: str, values: Path | str, *extra: str, release: str = REL
 
 
 def documents(text: str) -> list[dict]:
-    return [doc for doc in yaml.load_all(text, Loader=_LOADER) if doc is not None]  # noqa: S506
+    return [doc for doc in yaml.load_all(text, Loader=_LOADER) if doc is not None]
 
 
 def argo_document(text: str) -> dict:
@@ -45,6 +46,6 @@ def chart_workflow(helm: str, values: Path | str, *extra: str) -> dict:
 
 
 def render_py_workflow(values: Path | str) -> dict:
-    from torchdag.cli import build
+    from torchdag.pipeline import build
 
     return argo_document(build(values))

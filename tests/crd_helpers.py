@@ -113,7 +113,8 @@ def validate_crd_object(obj: dict) -> list[str]:
     schema = crd_schema(obj.get("apiVersion"), obj.get("kind"))
     if schema is None:
         known = ", ".join(f"{a} {k}" for a, k in sorted(_schemas()))
-        return [f"<root>: no CRD schema for apiVersion {obj.get('apiVersion')!r} kind {obj.get('kind')!r} (known: {known})"]
+        return [f"<root>: no CRD schema for apiVersion {obj.get('apiVersion')!r} kind {obj.get('kind')!r} "
+                f"(known: {known})"]
     validator = jsonschema.Draft202012Validator(schema)
     errors = sorted(validator.iter_errors(obj), key=lambda e: (list(map(str, e.absolute_path)), e.message))
     return [f"{'.'.join(map(str, e.absolute_path)) or '<root>'}: {e.message}" for e in errors]

@@ -9,10 +9,11 @@ import argparse
 import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+from helpers import REPO
 
-from torchdag.cli import build  # noqa: E402
+sys.path.insert(0, str(REPO))  # run as a script: `make golden`
+
+from torchdag.pipeline import build
 
 GOLDEN_DIR = REPO / "tests" / "golden"
 SOURCES = {"examples": REPO / "examples", "cases": REPO / "tests" / "cases"}

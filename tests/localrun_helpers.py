@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import queue
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -16,17 +15,12 @@ from pathlib import Path
 import pytest
 import yaml
 
+from helpers import REPO, free_port  # noqa: F401 - shared with the modules that import this one
 
-
-REPO = Path(__file__).resolve().parent.parent
 LOCAL = REPO / "examples" / "local.yaml"
 ENV = dict(os.environ, OMP_NUM_THREADS="1")
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def rendered_workflow(text: str) -> dict:

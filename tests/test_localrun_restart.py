@@ -13,12 +13,19 @@ from pathlib import Path
 import pytest
 import yaml
 
-from torchdag.cli import build
-from torchdag.localrun import LocalRunError, Options, Outcome, RetryPolicy, TaskResult, parse_duration, prepare_job, summary_lines
-from torchdag.localrun import main as localrun_main
-
 from localrun_helpers import LOCAL, Run, free_port, processes_with, rendered_workflow, values_with
-
+from torchdag.localrun import (
+    LocalRunError,
+    Options,
+    Outcome,
+    RetryPolicy,
+    TaskResult,
+    parse_duration,
+    prepare_job,
+    summary_lines,
+)
+from torchdag.localrun import main as localrun_main
+from torchdag.pipeline import build
 
 # ---------------------------------------------------------------- whole-job restarts (retryStrategy)
 
@@ -27,7 +34,8 @@ def with_restarts(values_path: Path, limit: int = 2, seconds: int = 1) -> dict:
     """The Workflow render.py writes for `values_path` plus `failurePolicy.maxRestarts`:
     the entrypoint DAG's retryStrategy, a `restart` argument of `{{retries}}` on every
     task, and TORCHDAG_RESTART in every container."""
-    text = values_path.read_text(encoding="utf-8") + f"failurePolicy: {{maxRestarts: {limit}, backoffSeconds: {seconds}}}\n"
+    policy = f"failurePolicy: {{maxRestarts: {limit}, backoffSeconds: {seconds}}}\n"
+    text = values_path.read_text(encoding="utf-8") + policy
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / values_path.name
         path.write_text(text, encoding="utf-8")
@@ -48,7 +56,8 @@ def test_retry_strategy_is_read_as_argo_reads_it():
     assert policy.refusal(3, 0, 40) is None
     assert policy.refusal(4, 0, 80) == "no restarts left (limit 3)"
     assert RetryPolicy("train", 3, "OnError").refusal(1, 0, 0) == "retryPolicy OnError does not retry a failed node"
-    assert RetryPolicy("train", None, duration=5, max_duration=60).refusal(9, 58, 5).startswith("backoff.maxDuration 60 s")
+    assert RetryPolicy("train", None, duration=5, max_duration=60).refusal(9, 58,
+                                                                           5).startswith("backoff.maxDuration 60 s")
     assert RetryPolicy("train", 2, duration=1, factor=2, cap=1.5).delay(3) == 1.5
 
     doc = with_restarts(LOCAL, limit=2, seconds=10)
@@ -73,7 +82,8 @@ def test_dry_run_shows_the_restart_policy_and_what_a_restart_changes(tmp_path, c
     assert localrun_main([str(rendered), "--dry-run"]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[0].endswith("(gang stop on; timeout 600 s; restarts up to 2)")
-    assert "[localrun] retryStrategy on train: restarts up to 2, retryPolicy Always, backoff 10 s x2 (waits 10, 20 s)" in out
+    assert ("[localrun] retryStrategy on train: restarts up to 2, retryPolicy Always, "
+            "backoff 10 s x2 (waits 10, 20 s)") in out
     assert "[localrun] node-0: env TORCHDAG_RESTART=0" in out
     assert "[localrun] node-0: on restart 1: env TORCHDAG_RESTART=1" in out
     assert "[localrun] node-1: on restart 1: env TORCHDAG_RESTART=1" in out
@@ -148,6 +158,7 @@ def children_of(pid: int) -> list[int]:
     return found
 
 
+@pytest.mark.torch  # a real torchrun job
 def test_a_killed_worker_restarts_every_node_which_resume_from_the_checkpoint(tmp_path):
     """Issue 11's acceptance, on the rendered retryStrategy: SIGKILL one training worker
     of node-1 after the first checkpoint; both nodes restart and resume from it."""
@@ -169,7 +180,8 @@ def test_a_killed_worker_restarts_every_node_which_resume_from_the_checkpoint(tm
     rc = run.finish(150)
     text = run.text
     assert rc == 0, text[-4000:]
-    assert re.search(r"^\[localrun\] restart 1/2 in 0\.5 s: node-[01] failed \((exit \d+|killed by SIG\w+)\)$", text, re.M), text[-4000:]
+    assert re.search(r"^\[localrun\] restart 1/2 in 0\.5 s: node-[01] failed \((exit \d+|killed by SIG\w+)\)$", text,
+                     re.M), text[-4000:]
     resumed = re.search(r"^\[node-0\] \[trainer\] resumed from checkpoint .* at step (\d+)$", text, re.M)
     assert resumed and int(resumed.group(1)) >= 100, text[-4000:]
     assert "[node-0] [trainer] step 1000/1000 loss" in text
@@ -201,7 +213,8 @@ def test_one_attempt_without_a_restart_left_says_why():
     attempt = Outcome("wf-x", [TaskResult("node-0", pid=1, returncode=0, started=0, ended=3),
                                TaskResult("node-1", pid=2, returncode=1, started=0, ended=2)],
                       first_failure="node-1", elapsed=3)
-    job = JobOutcome("wf-x", [attempt], RetryPolicy("train", 0, "Always"), elapsed=3, no_restart="no restarts left (limit 0)")
+    job = JobOutcome("wf-x", [attempt], RetryPolicy("train", 0, "Always"), elapsed=3,
+                     no_restart="no restarts left (limit 0)")
     lines = summary_lines(job)
     assert lines[0] == "summary of wf-x (3.0 s):" and lines[3] == "node-1 failed first (exit 1 after 2.0 s)"
     assert lines[-1] == "result: FAILED (exit 1); no restart: no restarts left (limit 0)"

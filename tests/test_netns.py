@@ -24,7 +24,8 @@ import yaml
 
 from torchdag.localrun import Options, Supervisor, load_workflow, prepare
 
-REPO = Path(__file__).resolve().parent.parent
+pytestmark = [pytest.mark.netns, pytest.mark.torch]  # torchrun across network namespaces, as root
+
 ENV = dict(os.environ, OMP_NUM_THREADS="1")
 HOSTS = {"node-a": ("enp11s0f0", "198.18.0.1"), "node-b": ("eno1", "198.18.0.2")}
 
@@ -99,7 +100,8 @@ def write_values(tmp_path: Path, nic_a: str | None, nic_b: str | None, **extra) 
     nodes[0]["master"] = True
     values = {
         "name": "netns", "image": "registry.example.com/torchdag/trainer:0.1.0",
-        "script": "/opt/torchdag/trainer/train.py", "args": ["--type", "example", "--max-steps", "20", "--log-every", "10"],
+        "script": "/opt/torchdag/trainer/train.py",
+        "args": ["--type", "example", "--max-steps", "20", "--log-every", "10"],
         "port": 29500, "timeouts": {"rendezvous": 20, "processGroup": 15}, "nodes": nodes, **extra,
     }
     path = tmp_path / "values.yaml"

@@ -15,8 +15,7 @@ from pathlib import Path
 import pytest
 
 from cli_helpers import BASE, EXAMPLE, REPO, one_line, render_py, write
-from torchdag import cli, command
-
+from torchdag import cli, command, pipeline
 
 # --- where -o writes --------------------------------------------------------------------------
 
@@ -56,7 +55,8 @@ def test_output_onto_a_fifo(tmp_path, capsys):
     fifo = tmp_path / "fifo"
     os.mkfifo(fifo)
     assert cli.main([str(values), "-o", str(fifo), "-q"]) == 1
-    assert one_line(capsys.readouterr().err) == f"render.py: cannot write {fifo}: is a FIFO that nothing reads; start its reader first"
+    assert one_line(capsys.readouterr().err) == (f"render.py: cannot write {fifo}: is a FIFO that nothing reads; "
+                                                 "start its reader first")
     received = []
     reader = threading.Thread(target=lambda: received.append(fifo.read_text(encoding="utf-8")))
     reader.start()
@@ -68,7 +68,7 @@ def test_output_onto_a_fifo(tmp_path, capsys):
         capsys.readouterr()
         time.sleep(0.05)
     reader.join(10)
-    assert status == 0 and received == [cli.build(values)] and stat.S_ISFIFO(fifo.stat().st_mode)
+    assert status == 0 and received == [pipeline.build(values)] and stat.S_ISFIFO(fifo.stat().st_mode)
 
 
 def test_replacing_a_file_keeps_its_mode_and_owner_and_its_links(tmp_path):
@@ -81,7 +81,7 @@ def test_replacing_a_file_keeps_its_mode_and_owner_and_its_links(tmp_path):
     link.symlink_to(existing.name)
     assert cli.main([str(values), "-o", str(link), "-q"]) == 0
     assert link.is_symlink() and os.readlink(link) == existing.name, "the link was replaced by a file"
-    assert existing.read_text(encoding="utf-8") == cli.build(values)
+    assert existing.read_text(encoding="utf-8") == pipeline.build(values)
     status = existing.stat()
     assert stat.S_IMODE(status.st_mode) == 0o640 and (status.st_uid, status.st_gid) == owner
 
@@ -112,7 +112,8 @@ def test_output_names_that_are_no_file(target, reason, tmp_path, capsys, monkeyp
 
 def big_values(tmp_path: Path, nodes: int = 400) -> Path:
     """A job whose Workflow is larger than a pipe's 64 KiB buffer."""
-    listed = "".join(f"  - {{name: n{i:04d}, address: 10.0.{i // 250}.{i % 250 + 1}, nic: eth0, accelerator: ascend910, devices: 8}}\n"
+    listed = "".join(f"  - {{name: n{i:04d}, address: 10.0.{i // 250}.{i % 250 + 1}, nic: eth0, "
+                     "accelerator: ascend910, devices: 8}\n"
                      for i in range(nodes))
     return write(tmp_path, f"name: big\nimage: img:1\nscript: /t.py\nnodes:\n{listed}", "big.yaml")
 
@@ -157,7 +158,8 @@ def test_prog_names_the_command_in_help_usage_errors_and_write_errors(prog, tmp_
     assert exited.value.code == 0 and capsys.readouterr().out.startswith(f"usage: {prog} [-h]")
     with pytest.raises(SystemExit) as exited:
         cli.main([], prog=prog)
-    assert exited.value.code == 2 and f"{prog}: error: the following arguments are required: values" in capsys.readouterr().err
+    assert exited.value.code == 2
+    assert f"{prog}: error: the following arguments are required: values" in capsys.readouterr().err
     (tmp_path / "dir").mkdir()
     assert cli.main([str(EXAMPLE), "-o", str(tmp_path / "dir"), "-q"], prog=prog) == 1
     assert capsys.readouterr().err == f"{prog}: cannot write {tmp_path / 'dir'}: is a directory; give a file name\n"
@@ -175,7 +177,7 @@ def summary_of(values: Path, short: bool = False) -> str:
     from torchdag.plan import make_plan
     from torchdag.summary import summary_lines
 
-    return "".join(f"{line}\n" for line in summary_lines(make_plan(cli.load_valid(values)[0]), short=short))
+    return "".join(f"{line}\n" for line in summary_lines(make_plan(pipeline.valid_values(values)), short=short))
 
 
 def test_summary_instead_of_the_workflow(tmp_path, capsys):
@@ -188,7 +190,7 @@ def test_summary_with_output_writes_the_workflow_and_prints_the_table(tmp_path, 
     out = tmp_path / "workflow.yaml"
     assert command.main(["render", str(EXAMPLE), "--summary", "-o", str(out)]) == 0
     assert capsys.readouterr().out == summary_of(EXAMPLE)
-    assert out.read_text(encoding="utf-8") == cli.build(EXAMPLE)
+    assert out.read_text(encoding="utf-8") == pipeline.build(EXAMPLE)
 
 
 def test_summary_short_and_check(tmp_path, capsys):

@@ -1,7 +1,7 @@
 """Packaging: pyproject.toml builds a wheel that carries the schema and the template, installs a
 `torchdag` command that writes render.py's bytes, and `make render`'s light venv has no torch.
 
-The wheel is built offline with the dev venv's hatchling (requirements-dev.txt) and installed
+The wheel is built offline with the venv's hatchling (requirements-fast.txt) and installed
 into a new venv, with its dependencies (Jinja2, PyYAML, jsonschema) from the package index.
 """
 
@@ -11,21 +11,21 @@ import os
 import re
 import subprocess
 import sys
-import tomllib
 import zipfile
 from pathlib import Path
 
 import pytest
+import tomllib
 
 import torchdag
+from helpers import REPO
 from torchdag import cli
 
-ROOT = Path(__file__).resolve().parent.parent
-EXAMPLES = sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "examples").glob("*.yaml"))
-PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
+EXAMPLES = sorted(p.relative_to(REPO).as_posix() for p in (REPO / "examples").glob("*.yaml"))
+PYPROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())
 
 
-def run(*argv, cwd=ROOT, env=None, timeout=300) -> subprocess.CompletedProcess:
+def run(*argv, cwd=REPO, env=None, timeout=300) -> subprocess.CompletedProcess:
     return subprocess.run([str(a) for a in argv], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
 
 
@@ -40,10 +40,12 @@ def normalized(requirement: str) -> str:
 
 
 def test_render_requirements_are_the_package_dependencies():
-    render = sorted(normalized(r) for r in requirement_lines(ROOT / "requirements-render.txt"))
+    render = sorted(normalized(r) for r in requirement_lines(REPO / "requirements-render.txt"))
     assert render == sorted(normalized(r) for r in PYPROJECT["project"]["dependencies"])
     assert render == ["jinja2>=3.1", "jsonschema>=4.23", "pyyaml>=6.0"]
-    assert "-r requirements-render.txt" in requirement_lines(ROOT / "requirements-dev.txt")
+    # each venv holds what the lighter one does: render < fast tier < everything
+    assert "-r requirements-render.txt" in requirement_lines(REPO / "requirements-fast.txt")
+    assert "-r requirements-fast.txt" in requirement_lines(REPO / "requirements-dev.txt")
 
 
 def test_project_metadata():
@@ -55,13 +57,14 @@ def test_project_metadata():
 
 
 def test_checkout_reads_schema_and_templates_where_they_are_edited():
-    assert torchdag.SCHEMA_PATH == ROOT / "schema" / "values.schema.json"
-    assert torchdag.TEMPLATES_DIR == ROOT / "templates"
+    assert torchdag.SCHEMA_PATH == REPO / "schema" / "values.schema.json"
+    assert torchdag.TEMPLATES_DIR == REPO / "templates"
     assert torchdag.SCHEMA_PATH.is_file() and (torchdag.TEMPLATES_DIR / "workflow.yaml.j2").is_file()
 
 
 @pytest.mark.parametrize("target, wanted, unwanted", [
-    ("render", ["requirements-render.txt", "render.py examples/cluster.yaml"], ["requirements-dev.txt", ".venv/", "helm"]),
+    ("render", ["requirements-render.txt", "render.py examples/cluster.yaml"],
+     ["requirements-dev.txt", ".venv/", "helm"]),
     ("check", ["requirements-render.txt", "render.py --check"], ["requirements-dev.txt", ".venv/", "helm"]),
     ("test", ["-r requirements-dev.txt", "npm pack", "-m pytest -n 2 tests"], []),
     ("setup", ["-r requirements-dev.txt", "npm pack"], []),
@@ -88,8 +91,9 @@ def test_wheel_carries_schema_and_templates(wheel):
     assert wheel.name == f"torchdag-{torchdag.__version__}-py3-none-any.whl"
     with zipfile.ZipFile(wheel) as zf:
         names = set(zf.namelist())
-        assert zf.read("torchdag/_data/schema/values.schema.json") == (ROOT / "schema" / "values.schema.json").read_bytes()
-        for template in (ROOT / "templates").iterdir():
+        schema = (REPO / "schema" / "values.schema.json").read_bytes()
+        assert zf.read("torchdag/_data/schema/values.schema.json") == schema
+        for template in (REPO / "templates").iterdir():
             assert zf.read(f"torchdag/_data/templates/{template.name}") == template.read_bytes()
         info = f"torchdag-{torchdag.__version__}.dist-info"
         entry_points = zf.read(f"{info}/entry_points.txt").decode()
@@ -139,7 +143,7 @@ def test_installed_command_version(installed, tmp_path):
 def test_installed_command_writes_render_py_bytes(installed, tmp_path, capsys):
     for example in EXAMPLES:
         name = Path(example).stem
-        ours = run(installed / "torchdag", "render", ROOT / example, "-o", tmp_path / f"{name}.x.yaml",
+        ours = run(installed / "torchdag", "render", REPO / example, "-o", tmp_path / f"{name}.x.yaml",
                    cwd=tmp_path, env=outside_env())
         assert ours.returncode == 0, ours.stderr
         if example == "examples/cluster.yaml":  # render.py itself once; cli.main (all render.py runs) for the rest
@@ -147,17 +151,17 @@ def test_installed_command_writes_render_py_bytes(installed, tmp_path, capsys):
             assert theirs.returncode == 0, theirs.stderr
             their_err = theirs.stderr
         else:
-            assert cli.main([str(ROOT / example), "-o", str(tmp_path / f"{name}.y.yaml")]) == 0
+            assert cli.main([str(REPO / example), "-o", str(tmp_path / f"{name}.y.yaml")]) == 0
             their_err = capsys.readouterr().err
         assert ours.stderr == their_err
         assert (tmp_path / f"{name}.x.yaml").read_bytes() == (tmp_path / f"{name}.y.yaml").read_bytes(), example
 
 
 def test_installed_command_check(installed, tmp_path):
-    good = run(installed / "torchdag", "check", ROOT / "examples" / "cluster.yaml", cwd=tmp_path, env=outside_env())
+    good = run(installed / "torchdag", "check", REPO / "examples" / "cluster.yaml", cwd=tmp_path, env=outside_env())
     assert (good.returncode, good.stdout) == (0, "")
     bad = tmp_path / "bad.yaml"
-    bad.write_text((ROOT / "examples" / "cluster.yaml").read_text().replace("port: 25195", "port: 70000"))
+    bad.write_text((REPO / "examples" / "cluster.yaml").read_text().replace("port: 25195", "port: 70000"))
     ours = run(installed / "torchdag", "check", bad, cwd=tmp_path, env=outside_env())
     theirs = run(sys.executable, "render.py", "--check", bad)
     assert ours.returncode == theirs.returncode == 2

@@ -16,11 +16,14 @@ import yaml
 from argo_helpers import container_process, task_pods, validate_argo, validate_kubernetes
 from bad_cases import BAD_CASES
 from golden import golden_pairs
-from torchdag.cli import build, main
-from torchdag.problems import ValuesError
+from helpers import REPO
 from torchdag.catalog import set_env_wrapper
+from torchdag.cli import main
+from torchdag.pipeline import build
+from torchdag.problems import ValuesError
 
-REPO = Path(__file__).resolve().parent.parent
+RENDER_PY = [sys.executable, str(REPO / "render.py")]
+
 PAIRS = golden_pairs()
 PAIR_IDS = [f"{values.parent.name}/{values.stem}" for values, _ in PAIRS]
 
@@ -95,12 +98,12 @@ def test_yamllint_strict_on_every_render(tmp_path):
     assert result.returncode == 0, result.stdout + result.stderr
 
 
-@pytest.mark.parametrize("values", [REPO / "examples" / "cluster.yaml", REPO / "tests" / "cases" / "hostile-strings.yaml"])
+@pytest.mark.parametrize("values", [REPO / "examples" / "cluster.yaml", REPO / "tests/cases/hostile-strings.yaml"])
 def test_deterministic_across_processes(values, tmp_path):
     outputs = []
     for seed in ("0", "1", "random"):
         env = dict(os.environ, PYTHONHASHSEED=seed)
-        result = subprocess.run([sys.executable, str(REPO / "render.py"), str(values)], capture_output=True, env=env, check=True)
+        result = subprocess.run([*RENDER_PY, str(values)], capture_output=True, env=env, check=True)
         outputs.append(result.stdout)
     assert outputs[0] == outputs[1] == outputs[2]
 
@@ -179,7 +182,7 @@ def test_accelerator_resources_and_nic_env_per_kind():
     assert npu_env["HCCL_SOCKET_IFNAME"] == "=enp2" and npu_env["HCCL_IF_IP"] == "10.0.0.2"
     assert "GLOO_SOCKET_IFNAME" not in cpu_env  # no nic given for cpu-1
     assert all(env["TORCHDAG_BACKEND"] == "gloo" for env in (gpu_env, npu_env, cpu_env))
-    assert [gpu_env["TORCHDAG_DEVICE"], npu_env["TORCHDAG_DEVICE"], cpu_env["TORCHDAG_DEVICE"]] == ["cuda", "npu", "cpu"]
+    assert [env["TORCHDAG_DEVICE"] for env in (gpu_env, npu_env, cpu_env)] == ["cuda", "npu", "cpu"]
     # nic: auto goes through preflight, which discovers the NIC before exec'ing torchrun
     argv, _ = container_process(auto)
     exec_at = argv.index("--exec")
@@ -194,7 +197,8 @@ def test_shapes_share_templates_and_split_when_they_must():
     used = [t["template"] for t in tasks]
     # n1,n2 share; n3 devices; n4 resources; n5 no nic; n6 HCCL_IF_IP; n7 nic auto. Names say
     # what sets a shape apart from its siblings; ascend310p-x2 has none, so it needs no suffix.
-    assert used == ["ascend310p-x1-no-if-ip", "ascend310p-x1-no-if-ip", "ascend310p-x2", "ascend310p-x1-no-if-ip-own-resources",
+    assert used == ["ascend310p-x1-no-if-ip", "ascend310p-x1-no-if-ip", "ascend310p-x2",
+                    "ascend310p-x1-no-if-ip-own-resources",
                     "ascend310p-x1-no-nic-no-if-ip", "ascend310p-x1", "ascend310p-x1-nic-auto-no-if-ip"]
     assert set(used) | {"train"} == set(templates)
 
@@ -220,7 +224,8 @@ def test_null_removes_a_default(tmp_path):
 
 def test_1024_nodes_stay_compact(tmp_path):
     def render_n(n):
-        nodes = "\n".join(f"  - {{name: node-{i:04d}, address: 10.{i // 250}.{i % 250}.1, nic: eth0, accelerator: ascend910, devices: 8}}"
+        nodes = "\n".join(f"  - {{name: node-{i:04d}, address: 10.{i // 250}.{i % 250}.1, nic: eth0, "
+                           "accelerator: ascend910, devices: 8}"
                           for i in range(n))
         path = tmp_path / f"n{n}.yaml"
         path.write_text(f"name: big\nimage: img:1\nscript: /t.py\nnodes:\n{nodes}\n")
@@ -262,7 +267,8 @@ def test_unparseable_values(text, fragment, tmp_path, capsys):
 
 def test_every_problem_reported_at_once(tmp_path, capsys):
     values = tmp_path / "cluster.yaml"
-    values.write_text("name: Bad_Name\nimage: img\nscript: /t.py\nport: 0\nnodes:\n  - {name: a, nic: 'x/y', devices: 0}\n")
+    values.write_text("name: Bad_Name\nimage: img\nscript: /t.py\nport: 0\n"
+                      "nodes:\n  - {name: a, nic: 'x/y', devices: 0}\n")
     assert main([str(values)]) == 2
     lines = capsys.readouterr().err.strip().splitlines()
     fields = [line.split(": ")[1] for line in lines]
@@ -274,18 +280,19 @@ def test_cli_exit_status_and_no_traceback(tmp_path):
     values.write_text(BAD_CASES[0].text)
     out = tmp_path / "workflow.yaml"
     out.write_text("previous render\n")
-    result = subprocess.run([sys.executable, str(REPO / "render.py"), str(values), "-o", str(out)], capture_output=True, text=True)
+    result = subprocess.run([*RENDER_PY, str(values), "-o", str(out)], capture_output=True, text=True)
     assert result.returncode == 2
     assert "Traceback" not in result.stderr and result.stdout == ""
     assert out.read_text() == "previous render\n", "a failed render must leave the old output alone"
-    missing = subprocess.run([sys.executable, str(REPO / "render.py"), str(tmp_path / "nope.yaml")], capture_output=True, text=True)
+    missing = subprocess.run([*RENDER_PY, str(tmp_path / "nope.yaml")], capture_output=True, text=True)
     assert missing.returncode == 2 and missing.stderr.strip() == f"{tmp_path / 'nope.yaml'}: (top level): no such file"
 
 
 def test_cli_writes_check_and_stdout(tmp_path):
     example = REPO / "examples" / "cluster.yaml"
     out = tmp_path / "deep" / "workflow.yaml"
-    run = lambda *a: subprocess.run([sys.executable, str(REPO / "render.py"), *a], capture_output=True, text=True)  # noqa: E731
+    def run(*a):
+        return subprocess.run([*RENDER_PY, *a], capture_output=True, text=True)
     written = run(str(example), "-o", str(out))
     assert written.returncode == 0 and written.stdout == ""
     printed = run(str(example))
@@ -298,7 +305,7 @@ def test_cli_writes_check_and_stdout(tmp_path):
 def test_warns_about_nodes_without_nic(tmp_path):
     values = tmp_path / "cluster.yaml"
     values.write_text("name: a\nimage: i\nscript: /t.py\nnodes:\n  - {name: n1, nic: eth0}\n  - {name: n2}\n")
-    result = subprocess.run([sys.executable, str(REPO / "render.py"), str(values), "--check"], capture_output=True, text=True)
+    result = subprocess.run([*RENDER_PY, str(values), "--check"], capture_output=True, text=True)
     assert result.returncode == 0
     assert "nodes[1].nic: not set" in result.stderr and "nodes[0]" not in result.stderr
 
@@ -307,7 +314,8 @@ WORKFLOW_DOC = "apiVersion: argoproj.io/v1alpha1\nkind: Workflow\nspec: {}\n"
 
 
 @pytest.mark.parametrize("text", ["a: [", "---\na: 1\n---\nb: 2\n", "- 1\n", "kind: Pod\nspec: {}\n",
-                                  WORKFLOW_DOC + "---\n" + WORKFLOW_DOC, WORKFLOW_DOC + "---\n- 1\n", WORKFLOW_DOC + "---\nspec: {}\n"])
+                                  WORKFLOW_DOC + "---\n" + WORKFLOW_DOC, WORKFLOW_DOC + "---\n- 1\n",
+                                  WORKFLOW_DOC + "---\nspec: {}\n"])
 def test_parse_back_refuses_what_is_not_one_workflow_among_objects(text):
     from torchdag.render import RenderBug, check_documents
 
@@ -322,6 +330,9 @@ def test_parse_back_accepts_a_workflow_beside_other_objects():
     assert len(check_documents(text)) == 2
 
 
+
+KEEP = "remove the line to keep the default, or give a value"
+
 def test_null_is_refused_where_absence_means_nothing(tmp_path):
     """Helm's rule is that a user null deletes a default. Where nothing sensible is left
     (`port: null` would render --master_port=0, a section would lose every default), both
@@ -332,9 +343,9 @@ def test_null_is_refused_where_absence_means_nothing(tmp_path):
     with pytest.raises(ValuesError) as caught:
         build(values)
     assert caught.value.lines() == [
-        f"{values}: hostNetwork: is null, which would delete the default true; remove the line to keep the default, or give a value",
-        f"{values}: launcher.type: is null, which would delete the default \"torchrun\"; remove the line to keep the default, or give a value",
-        f"{values}: timeouts: is null, which would delete its keys' defaults; remove the line to keep the default, or give a value",
+        f"{values}: hostNetwork: is null, which would delete the default true; {KEEP}",
+        f"{values}: launcher.type: is null, which would delete the default \"torchrun\"; {KEEP}",
+        f"{values}: timeouts: is null, which would delete its keys' defaults; {KEEP}",
     ]
     values.write_text(base.replace("port: 25195", "port: null"))
     with pytest.raises(ValuesError, match="port: is null, which would delete the default 29500"):
@@ -367,7 +378,7 @@ def test_unwritable_output_is_one_line_not_a_traceback(target, tmp_path):
     (tmp_path / "is-a-dir").mkdir()
     (tmp_path / "under-a-file").write_text("a file, not a folder\n")
     out = tmp_path / target
-    result = subprocess.run([sys.executable, str(REPO / "render.py"), str(REPO / "examples" / "cluster.yaml"), "-o", str(out)],
+    result = subprocess.run([*RENDER_PY, str(REPO / "examples" / "cluster.yaml"), "-o", str(out)],
                             capture_output=True, text=True)
     assert result.returncode == 1 and "Traceback" not in result.stderr
     assert result.stderr.startswith(f"render.py: cannot write {out}: ") and len(result.stderr.splitlines()) == 1

@@ -45,17 +45,20 @@ from hypothesis import strategies as st
 
 from argo_helpers import validate_argo
 from bad_cases import BASE
-from torchdag.cli import build, main
+from torchdag.cli import main
+from torchdag.pipeline import build
 from torchdag.problems import ValuesError, format_path
-from torchdag.values import MAX_ALIAS_COPIES, MAX_DEPTH, load_schema
+from torchdag.values import load_schema
+from torchdag.yamlread import MAX_ALIAS_COPIES, MAX_DEPTH
 
-REPO = Path(__file__).resolve().parent.parent
 LIMIT_S = 10
 
 scalars = st.one_of(st.none(), st.booleans(), st.integers(-5, 70000), st.floats(allow_nan=False, allow_infinity=False),
-                    st.text(max_size=12), st.sampled_from(["", "auto", "eth0", "cpu", "nvidia", "ascend910", "gloo", "16Gi", "/x"]))
+                    st.text(max_size=12),
+                    st.sampled_from(["", "auto", "eth0", "cpu", "nvidia", "ascend910", "gloo", "16Gi", "/x"]))
 anything = st.recursive(scalars, lambda inner: st.one_of(st.lists(inner, max_size=3),
-                                                         st.dictionaries(st.text(max_size=8), inner, max_size=3)), max_leaves=8)
+                                                         st.dictionaries(st.text(max_size=8), inner, max_size=3)),
+                                                         max_leaves=8)
 TOP_KEYS = sorted(load_schema()["properties"])
 NODE_KEYS = sorted(load_schema()["$defs"]["node"]["properties"])
 FAST = settings(deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
@@ -116,7 +119,8 @@ def mangled_values(draw):
         if draw(st.booleans()):
             values[draw(st.sampled_from(TOP_KEYS))] = draw(plausible)
         else:
-            node = values["nodes"][draw(st.integers(0, len(values["nodes"]) - 1))] if isinstance(values.get("nodes"), list) and values["nodes"] else None
+            nodes = values.get("nodes")
+            node = nodes[draw(st.integers(0, len(nodes) - 1))] if isinstance(nodes, list) and nodes else None
             if isinstance(node, dict):
                 node[draw(st.sampled_from(NODE_KEYS))] = draw(plausible)
     return values
@@ -243,7 +247,8 @@ def _finite_everywhere(doc) -> bool:
 
 
 hazards = st.one_of(
-    st.tuples(st.just("deep"), st.sampled_from(FIELDS), st.integers(1, 1200), st.sampled_from(["flow-list", "flow-map", "mixed"])),
+    st.tuples(st.just("deep"), st.sampled_from(FIELDS), st.integers(1, 1200),
+              st.sampled_from(["flow-list", "flow-map", "mixed"])),
     st.tuples(st.just("bomb"), st.sampled_from(FIELDS), st.integers(2, 12), st.integers(1, 12), st.booleans()),
     st.tuples(st.just("non-finite"), st.sampled_from(FIELDS), st.sampled_from(sorted(NON_FINITE))),
     st.tuples(st.just("big-integer"), st.sampled_from(FIELDS), st.sampled_from(BIG_INTEGERS)),
@@ -268,8 +273,11 @@ def test_hostile_yaml_is_refused_in_one_line(hazard, tmp_path_factory):
     elif kind == "unicode-space":
         value, space, at, raw = PATTERNED[path], hazard[2], hazard[3], hazard[4]
         value = value[: at % (len(value) + 1)] + space + value[at % (len(value) + 1):]
-        raw = raw and space in RAW_SAFE_SPACES and not value[0].isspace() and not value[-1].isspace() and value[0] != "\ufeff"
-        text = with_hazard(path, value if raw else yaml.safe_dump(value, allow_unicode=True).removesuffix("\n...\n").rstrip("\n"))
+        raw = (raw and space in RAW_SAFE_SPACES and not value[0].isspace() and not value[-1].isspace()
+               and value[0] != "\ufeff")
+        text = with_hazard(path,
+                           value if raw else yaml.safe_dump(value,
+                                                            allow_unicode=True).removesuffix("\n...\n").rstrip("\n"))
     else:
         text = with_hazard(path, hazard[2])
     source.write_text(text, encoding="utf-8")
@@ -298,8 +306,8 @@ def test_hostile_yaml_is_refused_in_one_line(hazard, tmp_path_factory):
         elif size < 1_000:  # well under go-yaml's 99% rule too, whatever the anchors around it
             assert not aliasing, err
     elif kind == "non-finite":
-        assert lines == [f"{source}: {format_path(path)}: {NON_FINITE[hazard[2]]} is not a finite number, "
-                         "which JSON, Helm and Kubernetes cannot carry; give a finite number, or quote it for the string"], err
+        assert lines == [f"{source}: {format_path(path)}: {NON_FINITE[hazard[2]]} is not a finite number, which JSON, "
+                         "Helm and Kubernetes cannot carry; give a finite number, or quote it for the string"], err
     elif kind in ("big-integer", "unicode-space"):
         assert _names(lines, source, path), err
 
@@ -310,8 +318,10 @@ REFUSED = {"the values file", "./ + the values file", "a symlink to the values f
            "a folder", "a folder/", "a new name/", "a new name/.", "..", "", "a FIFO nothing reads",
            "a symlink to a FIFO nothing reads", "a file as a folder/x.yaml", "a symlink loop"}
 TARGETS = ["the values file", "./ + the values file", "a symlink to the values file", "a hard link to the values file",
-           "a character device", "a new file", "a new file in new folders", "an existing file", "a symlink to an existing file",
-           "a dangling symlink", "a folder", "a folder/", "a new name/", "a new name/.", "..", "", "a FIFO nothing reads",
+           "a character device", "a new file", "a new file in new folders", "an existing file",
+           "a symlink to an existing file",
+           "a dangling symlink", "a folder", "a folder/", "a new name/", "a new name/.", "..", "",
+           "a FIFO nothing reads",
            "a symlink to a FIFO nothing reads", "a file as a folder/x.yaml", "a symlink loop"]
 
 
@@ -339,7 +349,8 @@ def _make_target(kind: str, root: Path, values: Path, mode: int) -> str:
         "a new file in new folders": lambda: str(root / "a" / "b" / "new.yaml"),
         "an existing file": lambda: str(existing),
         "a symlink to an existing file": lambda: (root / "link.yaml").symlink_to(existing) or str(root / "link.yaml"),
-        "a dangling symlink": lambda: (root / "link.yaml").symlink_to(root / "gone" / "x.yaml") or str(root / "link.yaml"),
+        "a dangling symlink": lambda: (root / "link.yaml").symlink_to(root / "gone" / "x.yaml")
+        or str(root / "link.yaml"),
         "a folder": lambda: (root / "dir").mkdir() or str(root / "dir"),
         "a folder/": lambda: (root / "dir").mkdir() or str(root / "dir") + "/",
         "a new name/": lambda: str(root / "new") + "/",
@@ -347,10 +358,12 @@ def _make_target(kind: str, root: Path, values: Path, mode: int) -> str:
         "..": lambda: str(root / ".."),
         "": lambda: "",
         "a FIFO nothing reads": lambda: os.mkfifo(root / "fifo") or str(root / "fifo"),
-        "a symlink to a FIFO nothing reads": lambda: (os.mkfifo(root / "fifo"), (root / "link").symlink_to(root / "fifo"))
+        "a symlink to a FIFO nothing reads": lambda: (os.mkfifo(root / "fifo"),
+                                                      (root / "link").symlink_to(root / "fifo"))
         and str(root / "link"),
         "a file as a folder/x.yaml": lambda: (root / "file").write_text("x") and str(root / "file" / "x.yaml"),
-        "a symlink loop": lambda: ((root / "l1").symlink_to(root / "l2"), (root / "l2").symlink_to(root / "l1")) and str(root / "l1"),
+        "a symlink loop": lambda: ((root / "l1").symlink_to(root / "l2"),
+                                   (root / "l2").symlink_to(root / "l1")) and str(root / "l1"),
     }[kind]()
 
 

@@ -10,13 +10,13 @@ import re
 import subprocess
 import sys
 
+import pytest
 import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from torch.distributed.elastic.utils.api import macros  # what torchrun applies to script args
 
 from argo_helpers import container_process, task_pods, validate_argo
-from torchdag.cli import build
+from torchdag.pipeline import build
 from torchdag.validate import RESERVED_ENV
 
 NASTY = ["'", '"', ": ", " #", "#", "\n", "\r\n", "\t", "$(HOME)", "$$(HOME)", "$HOME", "$", "$(", ";", "`id`", "\\",
@@ -26,7 +26,9 @@ NASTY = ["'", '"', ": ", " #", "#", "\n", "\r\n", "\t", "$(HOME)", "$$(HOME)", "
 # What validation refuses is left out here ('{{', NUL, DEL, C1 controls, U+FFFE/U+FFFF: see
 # tests/bad_cases.py); everything else must arrive byte-exact.
 REFUSED = re.compile("[\x00\x7f-\x9f\ufffe\uffff]")
-hostile_text = st.lists(st.one_of(st.sampled_from(NASTY), st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), max_size=8)),
+hostile_text = st.lists(st.one_of(st.sampled_from(NASTY),
+                                  st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"),
+                                          max_size=8)),
                         max_size=6).map("".join).filter(lambda s: "{{" not in s and not REFUSED.search(s))
 env_names = st.from_regex(r"[A-Z_][A-Z0-9_]{0,12}", fullmatch=True).filter(lambda n: n not in RESERVED_ENV)
 
@@ -35,7 +37,8 @@ class _QuotedDumper(yaml.SafeDumper):
     boolean (as Helm reads it), which is not the string the test drew."""
 
 
-_QuotedDumper.add_representer(str, lambda dumper, data: dumper.represent_scalar("tag:yaml.org,2002:str", data, style='"'))
+_QuotedDumper.add_representer(str, lambda dumper,
+                              data: dumper.represent_scalar("tag:yaml.org,2002:str", data, style='"'))
 
 ARGV_DUMPER = "import json, sys; sys.stdout.write(json.dumps(sys.argv[1:]))"
 
@@ -49,13 +52,18 @@ def hostile_values(draw):
         "script": draw(hostile_text.filter(bool)),
         "args": draw(st.lists(hostile_text, max_size=5)),
         "env": draw(st.dictionaries(env_names, hostile_text, max_size=4)),
-        "nodes": [{"name": "node-a", "nic": "eth0", "accelerator": accelerator}, {"name": "node-b", "nic": "eth1", "accelerator": accelerator}],
+        "nodes": [{"name": "node-a", "nic": "eth0", "accelerator": accelerator},
+                  {"name": "node-b", "nic": "eth1", "accelerator": accelerator}],
     }
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@pytest.mark.torch  # torchrun's own substitution of the script's arguments (torch's code)
+@settings(max_examples=150, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(values=hostile_values())
 def test_hostile_strings_arrive_byte_exact(values, tmp_path_factory):
+    from torch.distributed.elastic.utils.api import macros  # what torchrun applies to script args
+
     folder = tmp_path_factory.mktemp("hostile")
     set_env = folder / "set_env.sh"
     set_env.write_text("export CANN_LOADED=1\n")

@@ -4,16 +4,14 @@ write (one Kubernetes object), each checked against the chart too where the char
 from __future__ import annotations
 
 import subprocess
-from pathlib import Path
 
 import pytest
 import yaml
 
 from argo_helpers import task_pods, validate_kubernetes
-from torchdag.cli import build
+from helpers import REPO
+from torchdag.pipeline import build
 from torchdag.problems import ValuesError
-
-REPO = Path(__file__).resolve().parent.parent
 
 
 def render_doc(path):
@@ -31,23 +29,29 @@ def test_containers_are_locked_down_by_default_and_loosened_on_request(tmp_path)
                                                 "seccompProfile": {"type": "RuntimeDefault"}}
     assert "automountServiceAccountToken" not in doc["spec"]
     values = tmp_path / "v.yaml"
-    values.write_text((REPO / "examples" / "nvidia.yaml").read_text() + "containerSecurity: {addCapabilities: [IPC_LOCK], seccompProfile: ''}\n"
+    values.write_text((REPO / "examples" / "nvidia.yaml").read_text()
+                      + "containerSecurity: {addCapabilities: [IPC_LOCK], seccompProfile: ''}\n"
                       "automountServiceAccountToken: false\nexecutorServiceAccountName: argo-executor\n")
     doc = render_doc(values)
     pod = task_pods(doc)["node-0"]
     validate_kubernetes(pod)
-    assert pod["spec"]["containers"][0]["securityContext"] == {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"], "add": ["IPC_LOCK"]}}
-    assert doc["spec"]["automountServiceAccountToken"] is False and doc["spec"]["executor"] == {"serviceAccountName": "argo-executor"}
+    assert pod["spec"]["containers"][0]["securityContext"] == {"allowPrivilegeEscalation": False,
+                                                               "capabilities": {"drop": ["ALL"], "add": ["IPC_LOCK"]}}
+    assert doc["spec"]["automountServiceAccountToken"] is False
+    assert doc["spec"]["executor"] == {"serviceAccountName": "argo-executor"}
 
 
 def test_token_off_needs_an_executor_account_and_no_gang(tmp_path):
     values = tmp_path / "v.yaml"
-    values.write_text((REPO / "tests" / "cases" / "gang-volcano.yaml").read_text() + "automountServiceAccountToken: false\n")
+    values.write_text((REPO / "tests" / "cases" / "gang-volcano.yaml").read_text()
+                      + "automountServiceAccountToken: false\n")
     with pytest.raises(ValuesError) as caught:
         build(values)
     assert caught.value.lines() == [
-        f"{values}: automountServiceAccountToken: must stay true with a gang scheduler: the gang watch reads the pods through the API",
-        f"{values}: executorServiceAccountName: must be set when automountServiceAccountToken is false: Argo's executor still needs a token to report each step",
+        f"{values}: automountServiceAccountToken: must stay true with a gang scheduler: "
+        "the gang watch reads the pods through the API",
+        f"{values}: executorServiceAccountName: must be set when automountServiceAccountToken is false: "
+        "Argo's executor still needs a token to report each step",
     ]
 
 
@@ -56,13 +60,15 @@ def test_4096_nodes_of_8_fit_in_one_kubernetes_object(helm, tmp_path):
     object may be (counted as the API server stores it: JSON), in both renderers."""
     from torchdag.render import MAX_OBJECT_BYTES, check_documents, json_size
 
-    nodes = "".join(f"  - {{name: atlas-{i:04d}, address: 10.{i // 250}.{i % 250}.1, nic: enp189s0f0, accelerator: ascend910, devices: 8}}\n"
+    nodes = "".join(f"  - {{name: atlas-{i:04d}, address: 10.{i // 250}.{i % 250}.1, nic: enp189s0f0, "
+                    "accelerator: ascend910, devices: 8}\n"
                     for i in range(4096))
     path = tmp_path / "big.yaml"
     path.write_text(f"name: big\nimage: registry.example.com/train:1.0\nscript: /code/train.py\nnodes:\n{nodes}")
     (document,) = check_documents(build(path))
     assert 800_000 < json_size(document) < MAX_OBJECT_BYTES
-    result = subprocess.run([helm, "template", "t", str(REPO / "chart"), "-f", str(path)], capture_output=True, text=True, timeout=300)
+    result = subprocess.run([helm, "template", "t", str(REPO / "chart"), "-f", str(path)], capture_output=True,
+                            text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-2000:]
 
 
@@ -70,10 +76,12 @@ def test_a_workflow_over_the_object_limit_is_refused_by_both(helm, tmp_path):
     path = tmp_path / "huge.yaml"
     args = ", ".join(f'"{c * 131000}"' for c in "abcdefghi")  # each under Linux's 128 KiB, together over 1 MiB
     path.write_text(f"name: huge\nimage: img:1\nscript: /t.py\nargs: [{args}]\nnodes: [{{name: n1}}]\n")
-    with pytest.raises(ValuesError, match=r"nodes: 1 nodes make a Workflow of 11\d{5} bytes as the API server stores it \(JSON\), "
+    with pytest.raises(ValuesError,
+                       match=r"nodes: 1 nodes make a Workflow of 11\d{5} bytes as the API server stores it \(JSON\), "
                                           r"over the 1048576-byte limit of one Kubernetes object"):
         build(path)
-    result = subprocess.run([helm, "template", "t", str(REPO / "chart"), "-f", str(path)], capture_output=True, text=True, timeout=300)
+    result = subprocess.run([helm, "template", "t", str(REPO / "chart"), "-f", str(path)], capture_output=True,
+                            text=True, timeout=300)
     assert result.returncode != 0 and "over the 1048576-byte limit of one Kubernetes object" in result.stderr
 
 

@@ -13,14 +13,30 @@ from pathlib import Path
 import pytest
 import torch
 
-from trainer_helpers import (JOB_TIMEOUT, ROOT, TRAIN, children, clean_env, free_port, full_output_of, kill_node, output,
-                             output_of, read_json, reap, run_nodes, signal_node, start, torchrun_cmd, wait_all)
+from trainer import checkpoint
+from trainer.config import LaunchError, ranks_from_env
+from trainer.device import DeviceError, resolve
+from trainer_helpers import (
+    JOB_TIMEOUT,
+    REPO,
+    TRAIN,
+    children,
+    clean_env,
+    free_port,
+    full_output_of,
+    kill_node,
+    output,
+    output_of,
+    read_json,
+    reap,
+    run_nodes,
+    signal_node,
+    start,
+    torchrun_cmd,
+    wait_all,
+)
 
-sys.path.insert(0, str(ROOT))
-
-from trainer import checkpoint  # noqa: E402
-from trainer.config import LaunchError, ranks_from_env  # noqa: E402
-from trainer.device import DeviceError, resolve  # noqa: E402
+pytestmark = pytest.mark.torch  # real torchrun jobs and the trainer's modules
 
 def load_params(prefix: Path, world: int) -> list[dict]:
     return [torch.load(f"{prefix}.rank{r}", weights_only=True) for r in range(world)]
@@ -306,7 +322,7 @@ def fake_torch_npu(tmp: Path, body: str) -> dict[str, str]:
     pkg = tmp / "fake" / "torch_npu"
     pkg.mkdir(parents=True)
     (pkg / "__init__.py").write_text(body)
-    return clean_env(PYTHONPATH=os.pathsep.join([str(tmp / "fake"), str(ROOT)]))
+    return clean_env(PYTHONPATH=os.pathsep.join([str(tmp / "fake"), str(REPO)]))
 
 
 PROBE = ("from trainer.device import resolve; p = resolve(0); "

@@ -14,14 +14,30 @@ from pathlib import Path
 import pytest
 import torch
 
-from trainer_helpers import (JOB_TIMEOUT, ROOT, alive, children, clean_env, full_output_of, output, output_of,
-                             read_json, reap, run_nodes, run_ranks, start_nodes, start_ranks, wait_all)
+from trainer_helpers import (
+    JOB_TIMEOUT,
+    REPO,
+    alive,
+    children,
+    clean_env,
+    full_output_of,
+    output,
+    output_of,
+    read_json,
+    reap,
+    run_nodes,
+    run_ranks,
+    start_nodes,
+    start_ranks,
+    wait_all,
+)
 
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(REPO))
 
-from trainer import checkpoint  # noqa: E402
-from trainer.config import (EXIT_PREEMPTED, LaunchError, expand_checkpoint_dir, parse_config,  # noqa: E402
-                            restart_from_env)
+from trainer import checkpoint
+from trainer.config import EXIT_PREEMPTED, LaunchError, expand_checkpoint_dir, parse_config, restart_from_env
+
+pytestmark = pytest.mark.torch  # real torchrun jobs and the trainer's modules
 
 GRACE = 30  # Kubernetes' default terminationGracePeriodSeconds and torchrun's shutdown timeout
 

@@ -6,21 +6,17 @@ import glob
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-TRAIN = ROOT / "trainer" / "train.py"
-PREFLIGHT = ROOT / "trainer" / "preflight.py"
+from helpers import REPO, free_port
+
+TRAIN = REPO / "trainer" / "train.py"
+PREFLIGHT = REPO / "trainer" / "agents" / "preflight.py"
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def clean_env(**extra: str) -> dict[str, str]:

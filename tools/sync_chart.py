@@ -94,7 +94,8 @@ def type_name(schema: dict, value=None) -> str:
     if kind is None and "$ref" in schema:
         kind = json.loads(SCHEMA.read_text(encoding="utf-8"))["$defs"][schema["$ref"].split("/")[-1]].get("type")
     if kind is None and value is not None:
-        kind = {bool: "boolean", int: "integer", float: "number", str: "string", list: "array", dict: "object"}[type(value)]
+        kind = {bool: "boolean", int: "integer", float: "number", str: "string", list: "array",
+                dict: "object"}[type(value)]
     return {"boolean": "bool", "integer": "int", "number": "float", "array": "list"}.get(kind, kind or "string")
 
 
@@ -126,7 +127,8 @@ def documented(key: str, path: str, schema: dict, indent: str, *, required: bool
     if path in COMPUTED_DEFAULTS:
         lines.append(f"{indent}# @default -- {COMPUTED_DEFAULTS[path]}")
     if required and path in PLACEHOLDERS:
-        lines.append(f"{indent}# @default -- (required; the placeholder only lets `helm lint` render: install and template refuse it)")
+        lines.append(f"{indent}# @default -- (required; the placeholder only lets `helm lint` render: "
+                     "install and template refuse it)")
         lines.append(f"{indent}{key}: {scalar(PLACEHOLDERS[path])}")
     elif required:
         lines.append(f"{indent}# {key}:")
@@ -269,26 +271,77 @@ _ACCELERATOR_ENUM = re.compile(r'("accelerator": \{[^}]*?"enum": )\[[^\]]*\]')
 _RESOURCE_NAMES_ENUM = re.compile(r'("resourceNames": \{[\s\S]*?"propertyNames": \{"enum": )\[[^\]]*\]')
 
 
+def null_refused(schema: dict, message: str) -> dict:
+    """Rule null-deletes-default: a user `null` removes a default (Helm's rule). Where absence
+    means nothing sensible (port, backend, hostNetwork...), that is an error, not a silent 0
+    or false; keys whose absence is meaningful say so with `x-null`, and empty defaults
+    ("", [], {}) are the same as absent. Every other key with a default is required, in
+    each section too (the defaults fill in what the file leaves out)."""
+
+    def required(section: dict) -> dict:
+        out: dict = {}
+        for key, prop in section.get("properties", {}).items():
+            if "default" in prop and "x-null" not in prop and prop["default"] not in ("", [],
+                                                                                      {}) or "properties" in prop:
+                out.setdefault("required", []).append(key)
+            if "properties" in prop and required(prop):
+                out.setdefault("properties", {})[key] = required(prop)
+        return out
+
+    return {"x-rule": "null-deletes-default", **required(schema), "x-message": message}
+
+
+def generated_definitions(schema: dict) -> dict[str, dict]:
+    """The schema's `$defs` that come from the catalogue and from the schema's defaults: the
+    rules they carry (env-reserved, launcher-planned-flag, volume-builtin-name,
+    null-deletes-default) are then enforced by both renderers."""
+    sys.path.insert(0, str(REPO))
+    from torchdag import catalog
+
+    # A planned flag in either spelling (--node-rank, --node_rank), with or without `=value`;
+    # [\s\S] and a final $ read the same in Python's re and Go's RE2 (no lookahead there).
+    flags = "|".join(flag.replace("_", "[-_]") for flag in catalog.planned_launcher_flags())
+    return {
+        "reservedEnvName": {"enum": catalog.reserved_env()},
+        "plannedLauncherFlag": {"pattern": f"^-+({flags})(=[\\s\\S]*)?$"},
+        "builtinVolumeName": {"enum": catalog.builtin_volumes()},
+        "nullRefused": null_refused(schema, catalog.catalog()["nullMessage"]),
+    }
+
+
 def schema_with_catalog(schema_text: str, kinds: list[str]) -> str:
-    """The schema text with the catalogue's accelerator kinds as its enums."""
+    """The schema text with the catalogue's accelerator kinds as its enums and the
+    generated `$defs` (one line each) in place."""
     enum = json.dumps(kinds)
     for pattern in (_ACCELERATOR_ENUM, _RESOURCE_NAMES_ENUM):
         schema_text, count = pattern.subn(lambda m: m.group(1) + enum, schema_text)
         if count != 1:
             raise ValueError(f"schema: expected one enum for {pattern.pattern[:30]}..., found {count}")
+    for name, definition in generated_definitions(json.loads(schema_text)).items():
+        line = re.compile(rf'^(    "{name}": ).*?(,?)$', re.MULTILINE)
+        text = json.dumps(definition, ensure_ascii=False)
+        schema_text, count = line.subn(lambda m, text=text: m.group(1) + text + m.group(2), schema_text)
+        if count != 1:
+            raise ValueError(f"schema: expected one line for $defs.{name}, found {count}")
     return schema_text
 
 
 def catalog_tpl(catalog: dict, schema: dict) -> str:
+    """The catalogue as indented JSON for the chart, with what the chart reads derived from
+    it: `kinds` (each accelerator with its device's facts merged in) and the required keys'
+    placeholders. Go templates
+    would read a `{{` in the data as an action, so each is written as a string action."""
     sys.path.insert(0, str(REPO))
-    from torchdag.validate import null_refused
+    from torchdag import catalog as facts
 
-    data = {**catalog, "nullRefused": null_refused(schema), "chartPlaceholders": PLACEHOLDERS}
+    data = {**catalog, "kinds": {kind: facts.accelerator(kind) for kind in catalog["accelerators"]},
+            "chartPlaceholders": PLACEHOLDERS}
+    text = json.dumps(data, ensure_ascii=False, sort_keys=True, indent=2).replace("{{", '{{ "{{" }}')
     return (
         "{{/* GENERATED by tools/sync_chart.py from torchdag/catalog.yaml (`make chart-sync`): edit that file.\n"
-        "The accelerator catalogue as JSON; read it with `include \"torchdag.catalog\" . | fromJson`. */}}\n"
+        "The catalogue as JSON; read it with `include \"torchdag.catalog\" . | fromJson`. */}}\n"
         '{{- define "torchdag.catalog" -}}\n'
-        + json.dumps(data, ensure_ascii=False, sort_keys=True)
+        + text
         + "\n{{- end -}}\n"
     )
 

@@ -1,8 +1,9 @@
-"""The accelerator catalogue (torchdag/catalog.yaml) as Python names.
+"""The catalogue (torchdag/catalog.yaml) as Python names, and its small interpreter.
 
 The YAML file is the single source: the Helm chart reads a generated copy of it
-(chart/templates/_catalog.tpl, `make chart-sync`), so nothing here may add knowledge
-the chart would not have.
+(chart/templates/_catalog.tpl, `make chart-sync`) and interprets it with the same rules
+(`torchdag.fill`, `torchdag.items`, `torchdag.problem` in chart/templates/_helpers.tpl),
+so nothing here may add knowledge the chart would not have.
 """
 
 from __future__ import annotations
@@ -10,8 +11,11 @@ from __future__ import annotations
 import functools
 import re
 from pathlib import Path
+from typing import Any
 
 import yaml
+
+from .problems import Problem
 
 CATALOG_PATH = Path(__file__).with_name("catalog.yaml")
 
@@ -19,6 +23,40 @@ CATALOG_PATH = Path(__file__).with_name("catalog.yaml")
 @functools.lru_cache(maxsize=None)
 def catalog() -> dict:
     return yaml.safe_load(CATALOG_PATH.read_text(encoding="utf-8"))
+
+
+# --- the interpreter (twins: torchdag.fill, torchdag.items, torchdag.problem) -------------
+
+_FIELD = re.compile(r"\{([^{}]*)\}")
+
+
+def fill(text: str, fields: dict) -> str:
+    """`{name}` replaced by fields[name], in one pass (a filled value is never read again);
+    names not in fields stay as written."""
+    return _FIELD.sub(lambda m: str(fields[m[1]]) if m[1] in fields else m[0], text)
+
+
+def items(entries: list, facts: dict) -> list:
+    """A conditional list: each entry a string, or {value, if, unless}, kept when every fact
+    in `if` holds and none in `unless`; values (a string or a list of them) filled from facts.
+    An unknown fact name is a KeyError: a typo in the catalogue fails every render."""
+    out: list = []
+    for entry in entries:
+        entry = entry if isinstance(entry, dict) else {"value": entry}
+        wanted, unwanted = [facts[name] for name in entry.get("if", ())], [facts[name] for name in entry.get("unless",
+                                                                                                             ())]
+        if all(wanted) and not any(unwanted):
+            value = entry["value"]
+            out.append([fill(part, facts) for part in value] if isinstance(value, list) else fill(value, facts))
+    return out
+
+
+def problem(rule: str, path: tuple, **fields: Any) -> Problem:
+    """The Problem of a coded rule, worded by its message in the catalogue."""
+    return Problem(path, fill(catalog()["messages"][rule], fields))
+
+
+# --- facts -----------------------------------------------------------------------------
 
 
 def accelerator(kind: str) -> dict:
@@ -39,6 +77,12 @@ def native_backend(kind: str) -> str:
     return accelerator(kind)["backend"]
 
 
+def hccl_limit(kind: str, nnodes: int, duo_card: bool) -> dict | None:
+    """The first of the card's HCCL limits (hcclLimits) that holds for this job, or None."""
+    holds = {"always": True, "multiNode": nnodes > 1, "noDuoCard": not duo_card}
+    return next((limit for limit in catalog()["hcclLimits"][accelerator(kind)["hccl"]] if holds[limit["when"]]), None)
+
+
 def hccl_exec_timeout(process_group: int) -> int:
     """What CANN makes of HCCL_EXEC_TIMEOUT=process_group: at most `max`, rounded down to
     a multiple of `step` (and at least one step)."""
@@ -51,15 +95,23 @@ def resource_name(kind: str, values: dict) -> str:
 
 
 def reserved_env() -> list[str]:
-    return catalog()["reservedEnv"]
+    """Env names torchdag or the launcher sets: a user `env` entry would silently fight them."""
+    names = [entry["value"][0] for entry in catalog()["container"]["env"]]
+    return list(dict.fromkeys(names + catalog()["launcherEnv"]))
+
+
+def planned_launcher_flags() -> list[str]:
+    """Launcher flags (underscore spelling) that launcher.extraArgs may not set."""
+    planned = [text.lstrip("-").split("=", 1)[0] for text in _texts(catalog()["container"]["launcherArgs"])]
+    return list(dict.fromkeys(planned + catalog()["plannedLauncherFlags"]))
+
+
+def _texts(entries: list) -> list[str]:
+    return [entry["value"] if isinstance(entry, dict) else entry for entry in entries]
 
 
 def builtin_volumes() -> list[str]:
     return [catalog()["shmVolume"]["name"]] + [mount["name"] for mount in catalog()["ascendMounts"]]
-
-
-def builtin_mount_paths() -> list[str]:
-    return [catalog()["shmVolume"]["mountPath"]] + [mount["mountPath"] for mount in catalog()["ascendMounts"]]
 
 
 @functools.lru_cache(maxsize=None)

@@ -17,6 +17,7 @@ import sys
 from typing import Callable
 
 from . import __version__
+from .errors import run_command
 
 PROG = "torchdag"
 
@@ -42,8 +43,8 @@ options:
   -h, --help     show this help; `{PROG} COMMAND --help` shows a command's options
   -V, --version  print the version and exit
 
-Exit status: 0 ok, 2 invalid values or usage, 1 the output could not be written
-(smoke: see docs/smoke.md).
+Exit status: 0 ok, 2 invalid values or usage, 1 the output could not be written,
+70 a bug in torchdag (smoke: see docs/smoke.md).
 """
 
 
@@ -73,7 +74,7 @@ def _smoke(argv: list[str]) -> int:
     # Imported here, not at the top: `torchdag render` must not depend on the local runner.
     from .localrun import main as localrun_main
 
-    return _call(localrun_main, argv, f"{PROG} smoke")
+    return run_command(lambda: _call(localrun_main, argv, f"{PROG} smoke"), f"{PROG} smoke")
 
 
 COMMANDS: dict[str, Callable[[list[str]], int]] = {

@@ -4,19 +4,20 @@ takes the valid, default-filled values and returns what the templates print."""
 
 from __future__ import annotations
 
-from .catalog import catalog, resource_name
+from .catalog import catalog, fill, items, resource_name
 from .yamlout import dollar_escape, quantity, quote
 
 
 def volumes(values: dict, mounts_driver: bool) -> list[dict]:
     out: list[dict] = []
     if values.get("shmSize"):
-        out.append({"name": catalog()["shmVolume"]["name"], "emptyDir": {"medium": "Memory", "sizeLimit": quantity(values["shmSize"])}})
+        out.append({"name": catalog()["shmVolume"]["name"],
+                    "emptyDir": {"medium": "Memory", "sizeLimit": quantity(values["shmSize"])}})
     if mounts_driver:
-        driver = (values.get("ascend") or {}).get("driverPath") or "/usr/local/Ascend/driver"
-        driver = driver.rstrip("/")
+        driver = values["ascend"]["driverPath"].rstrip("/")  # the schema's default, or the user's
         for mount in catalog()["ascendMounts"]:
-            out.append({"name": mount["name"], "hostPath": {"path": mount["hostPath"].replace("{driver}", driver), "type": mount["type"]}})
+            out.append({"name": mount["name"],
+                        "hostPath": {"path": fill(mount["hostPath"], {"driver": driver}), "type": mount["type"]}})
     for volume in values.get("volumes") or []:
         if volume.get("hostPath"):
             host = {"path": volume["hostPath"]["path"]}
@@ -54,7 +55,8 @@ def retry_strategy(values: dict) -> dict | None:
     limit = int(policy.get("maxRestarts") or 0)
     if not limit:
         return None
-    return {"limit": str(limit), "retryPolicy": "Always", "backoff": {"duration": f"{int(policy['backoffSeconds'])}s", "factor": "2"}}
+    return {"limit": str(limit), "retryPolicy": "Always",
+            "backoff": {"duration": f"{int(policy['backoffSeconds'])}s", "factor": "2"}}
 
 
 # The gang's name: one per Workflow run (a retried DAG keeps it).
@@ -63,56 +65,38 @@ GANG_NAME = "{{workflow.name}}"
 
 def gang(values: dict, nodes: list) -> dict | None:
     """What every training pod carries to join the job's one gang, and the PodGroup
-    manifest (lines of YAML) the Workflow creates before the pods, if the scheduler has one."""
-    scheduling = values.get("scheduling") or {}
-    kind = scheduling.get("gang") or "none"
-    if kind == "none":
+    manifest (lines of YAML) the Workflow creates before the pods, if the scheduler has one
+    (catalogue `gangs`)."""
+    scheduling = values["scheduling"]
+    if scheduling["gang"] == "none":
         return None
-    entry = catalog()["gangs"][kind]
-    fill = {"{group}": GANG_NAME, "{count}": str(len(nodes)), "{queue}": scheduling.get("queue") or ""}
-
-    def filled(mapping: dict) -> list[tuple[str, str]]:
-        out = []
-        for key, value in sorted(mapping.items()):
-            for placeholder, text in fill.items():
-                value = value.replace(placeholder, text)
-            out.append((key, value))
-        return out
-
+    entry = catalog()["gangs"][scheduling["gang"]]
+    fields = {"group": GANG_NAME, "count": str(len(nodes)), "queue": scheduling["queue"] or ""}
     watch = [*scheduling["watchCommand"], f"--workflow={GANG_NAME}", "--namespace={{workflow.namespace}}",
              f"--pods={len(nodes)}", f"--timeout={int(scheduling['timeout'])}"]
     gang = {
-        "kind": kind,
-        "scheduler_name": scheduling.get("schedulerName") or entry["schedulerName"],
-        "labels": filled(entry["podLabels"]),
-        "annotations": filled(entry["podAnnotations"]),
+        "kind": scheduling["gang"],
+        "scheduler_name": scheduling["schedulerName"] or entry["schedulerName"],
+        "labels": [(key, fill(value, fields)) for key, value in sorted(entry["podLabels"].items())],
+        "annotations": [(key, fill(value, fields)) for key, value in sorted(entry["podAnnotations"].items())],
         "watch": [dollar_escape(word) for word in watch],
         "manifest": None,
     }
-    if entry["podGroup"]:
-        spec = [f"minMember: {len(nodes)}"]
-        if kind == "volcano":
-            if scheduling.get("queue"):
-                spec.append(f"queue: {quote(scheduling['queue'])}")
-            priority = (values.get("workflow") or {}).get("priorityClassName")
-            if priority:
-                spec.append(f"priorityClassName: {quote(priority)}")
-            totals: dict[str, int] = {}
-            for node in nodes:
-                name = resource_name(node.accelerator, values)
-                if name:
-                    totals[name] = totals.get(name, 0) + node.devices
-            if totals:  # lets Volcano refuse a gang that can never fit the queue
-                spec.append("minResources:")
-                spec += [f"  {quote(name)}: {quote(str(count))}" for name, count in sorted(totals.items())]
-        else:
-            spec.append(f"scheduleTimeoutSeconds: {int(scheduling['timeout'])}")
-        gang["manifest"] = [
-            f"apiVersion: {quote(entry['podGroup']['apiVersion'])}",
-            'kind: "PodGroup"',
-            "metadata:",
-            f"  name: {quote(GANG_NAME)}",
-            "spec:",
-            *[f"  {line}" for line in spec],
-        ]
+    group = entry["podGroup"]
+    if group:
+        priority = values["workflow"]["priorityClassName"]
+        facts = {"count": str(len(nodes)), "timeout": str(int(scheduling["timeout"])),
+                 "queue": quote(scheduling["queue"]) if scheduling["queue"] else "",
+                 "priorityClassName": quote(priority) if priority else ""}
+        spec = [f"{key}: {value}" for key, value in items(group["spec"], facts)]
+        totals: dict[str, int] = {}
+        for node in nodes if group["minResources"] else []:
+            name = resource_name(node.accelerator, values)
+            if name:
+                totals[name] = totals.get(name, 0) + node.devices
+        if totals:
+            spec += ["minResources:",
+                     *[f"  {quote(name)}: {quote(str(count))}" for name, count in sorted(totals.items())]]
+        gang["manifest"] = [f"apiVersion: {quote(group['apiVersion'])}", 'kind: "PodGroup"', "metadata:",
+                            f"  name: {quote(GANG_NAME)}", "spec:", *[f"  {line}" for line in spec]]
     return gang

@@ -1,10 +1,13 @@
-"""One problem in a values file, reported as one line: `file: field.path: message`."""
+"""One problem in a values file, reported as one line: `file: field.path: message`; all of
+a file's problems together are one ValuesError (exit status 2)."""
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
 from typing import Iterable, Sequence, Union
+
+from .errors import TorchdagError
 
 PathPart = Union[str, int]
 
@@ -33,26 +36,6 @@ class Problem:
 
     def line(self, source: str) -> str:
         return f"{source}: {format_path(self.path)}: {self.message}"
-
-
-class TorchdagError(Exception):
-    """The one root of every error torchdag reports to a user: `lines()` are what is printed
-    (one line per problem, `file: path: message`) and `exit_code` the status to leave with."""
-
-    exit_code = 1
-
-    def lines(self) -> list[str]:
-        return [str(self)]
-
-
-def report(err: TorchdagError, stream=None) -> int:
-    """Print an error's lines on stderr (the one reporter both command lines use); return its exit status."""
-    import sys
-
-    stream = stream or sys.stderr
-    for line in err.lines():
-        print(line, file=stream)
-    return err.exit_code
 
 
 class ValuesError(TorchdagError):

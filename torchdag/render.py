@@ -12,8 +12,9 @@ import jinja2
 import yaml
 
 from . import TEMPLATES_DIR
+from .errors import InternalBug
 from .plan import Plan
-from .problems import Problem, TorchdagError, ValuesError
+from .problems import Problem, ValuesError
 from .summary import summary_comment
 from .yamlout import quote, sorted_items, toleration
 
@@ -48,9 +49,10 @@ def render(plan: Plan, source: str = "values") -> str:
     for document in check_documents(text):
         size = json_size(document)
         if size > MAX_OBJECT_BYTES:
-            raise TooLarge(source, [Problem(("nodes",), f"{len(plan.nodes)} nodes make a {_kind(document)} of {size} bytes as the API server "
-                                                        f"stores it (JSON), over the {MAX_OBJECT_BYTES}-byte limit of one Kubernetes object: "
-                                                        "split the job, or shorten args, env and names")])
+            message = (f"{len(plan.nodes)} nodes make a {_kind(document)} of {size} bytes as the API server stores it "
+                       f"(JSON), over the {MAX_OBJECT_BYTES}-byte limit of one Kubernetes object: split the job, "
+                       "or shorten args, env and names")
+            raise TooLarge(source, [Problem(("nodes",), message)])
     return text
 
 
@@ -81,10 +83,8 @@ def json_size(root: yaml.Node) -> int:
     return size
 
 
-class RenderBug(TorchdagError):
+class RenderBug(InternalBug):
     """The templates produced something that is not the documents they should be."""
-
-    exit_code = 70  # EX_SOFTWARE: a bug in torchdag, not in the values
 
 
 def check_documents(text: str) -> list[yaml.MappingNode]:
@@ -93,19 +93,19 @@ def check_documents(text: str) -> list[yaml.MappingNode]:
     them a Workflow or WorkflowTemplate with a spec."""
     loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
     try:
-        documents = list(yaml.compose_all(text, Loader=loader))  # noqa: S506
+        documents = list(yaml.compose_all(text, Loader=loader))
     except yaml.YAMLError as err:
-        raise RenderBug(f"torchdag bug: rendered YAML does not parse: {err}") from err
+        raise RenderBug(f"the rendered YAML does not parse: {err}") from err
     argo = 0
     for document in documents:
         if not isinstance(document, yaml.MappingNode):
-            raise RenderBug("torchdag bug: a rendered document is not a mapping")
+            raise RenderBug("a rendered document is not a mapping")
         top = {key.value: value for key, value in document.value if isinstance(key, yaml.ScalarNode)}
         kind = top.get("kind")
         if not isinstance(kind, yaml.ScalarNode):
-            raise RenderBug("torchdag bug: a rendered document has no kind")
+            raise RenderBug("a rendered document has no kind")
         if kind.value in ARGO_KINDS and "spec" in top:
             argo += 1
     if argo != 1:
-        raise RenderBug(f"torchdag bug: rendered YAML holds {argo} Workflows, expected one")
+        raise RenderBug(f"the rendered YAML holds {argo} Workflows, expected one")
     return documents

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import difflib
 import functools
+import json
 import re
 from typing import Any, Iterator
 
 import jsonschema
 
+from .catalog import fill
 from .problems import Problem
 from .values import load_schema
 
@@ -50,19 +52,53 @@ def show(value: Any) -> str:
     return text if len(text) <= 80 else text[:77] + "..."
 
 
+def _default_text(path: tuple) -> str:
+    """What a missing key's default is, in words: `the default 29500`, `its keys' defaults`."""
+    node: Any = load_schema()
+    for part in path:
+        node = node.get("properties", {}).get(part, {})
+    return "its keys' defaults" if "properties" in node else f"the default {json.dumps(node.get('default'))}"
+
+
+def _rule_message(error: jsonschema.ValidationError, missing: str | None = None) -> str | None:
+    """The `x-message` of the innermost subschema on the failed keyword's way from the root
+    (a rule the schema states, `x-rule`), filled with the value as `{value}` (and a missing
+    key's default as `{default}`); or None."""
+    node: Any = load_schema()
+    message = None
+    for part in [*error.schema_path, None]:
+        while isinstance(node, dict) and part not in node and "$ref" in node:  # a $ref the path leaves out
+            node = load_schema()["$defs"][node["$ref"].split("/")[-1]]
+        if isinstance(node, dict) and "x-message" in node:
+            message = node["x-message"]
+        if part == "if":  # jsonschema records `then` and `else` under the `if` beside them
+            continue
+        try:
+            node = node[part]
+        except (KeyError, IndexError, TypeError):
+            break  # the end of the path, or one this walk cannot follow
+    if not message:
+        return None
+    default = _default_text((*error.absolute_path, missing)) if missing and "{default}" in message else ""
+    return fill(message, {"value": show(error.instance), "default": default})
+
+
 def _explain(error: jsonschema.ValidationError) -> Iterator[Problem]:
     path = tuple(error.absolute_path)
     kind = error.validator
     schema = error.schema if isinstance(error.schema, dict) else {}
     allowed = schema.get("x-allowed")
     value = error.instance
+    rule = _rule_message(error, error.message.split("'")[1] if kind == "required" else None)
     if "propertyNames" in error.schema_path:
         # jsonschema reports a bad key at its object's path with the key as the instance.
-        yield Problem(path + (value,), f"key {show(value)} is not {allowed or 'allowed here'}")
+        yield Problem(path + (value,), rule or f"key {show(value)} is not {allowed or 'allowed here'}")
         return
     if kind == "required":
         missing = error.message.split("'")[1]
-        yield Problem(path + (missing,), "is required")
+        yield Problem(path + (missing,), rule or "is required")
+    elif rule:
+        yield Problem(path, rule)
     elif kind == "additionalProperties":
         known = sorted(schema.get("properties", {}))
         for key in sorted(set(value) - set(known)):
@@ -89,7 +125,8 @@ def _explain(error: jsonschema.ValidationError) -> Iterator[Problem]:
             extra = f" (allowed: {schema['minimum']}-{schema['maximum']})"
         yield Problem(path, f"must be {bound} {error.validator_value}, got {show(value)}{extra}")
     elif kind == "minItems":
-        yield Problem(path, f"must have at least {error.validator_value} item{'s' if error.validator_value != 1 else ''}")
+        yield Problem(path,
+                      f"must have at least {error.validator_value} item{'s' if error.validator_value != 1 else ''}")
     elif kind == "maxItems":
         yield Problem(path, f"must have at most {error.validator_value} items, got {len(value)}")
     elif kind in ("anyOf", "oneOf"):

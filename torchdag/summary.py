@@ -17,19 +17,22 @@ SHORT_ROWS = 8
 def summary_lines(plan: Plan, short: bool = False) -> list[str]:
     v = plan.values
     nodes = plan.nodes
-    master = plan.master
-    failure = v.get("failurePolicy") or {}
-    scheduling = v.get("scheduling") or {}
-    lines = [
-        f"torchdag job {v['name']}: {len(nodes)} node(s), world size {plan.world_size}, backend {plan.backend} ({plan.backend_reason})",
-        f"master: {master.name} (rank 0) at {master.address}:{int(v['port'])}",
-        f"gang scheduling: {_gang_text(scheduling)}; whole-job restarts: {int(failure.get('maxRestarts') or 0)}",
-    ]
-    pg_timeout = (v.get("timeouts") or {}).get("processGroup")
-    if pg_timeout and any(catalog.is_ascend(shape.accelerator) for shape in plan.shapes):
-        hccl = catalog.hccl_exec_timeout(pg_timeout)
-        if hccl != int(pg_timeout):
-            lines.append(f"HCCL_EXEC_TIMEOUT: {hccl} s (timeouts.processGroup {int(pg_timeout)} s, as CANN reads it: a multiple of 68, at most 17340)")
+    texts = catalog.catalog()["summary"]
+    scheduling, pg_timeout = v["scheduling"], v["timeouts"]["processGroup"]
+    fields = {**scheduling, "timeout": int(scheduling["timeout"]),
+              "queue": catalog.fill(texts["queue"]["some" if scheduling["queue"] else "none"], scheduling)}
+    hccl = catalog.hccl_exec_timeout(pg_timeout) if pg_timeout else 0
+    facts = {
+        **catalog.catalog()["hcclExecTimeout"],
+        "name": v["name"], "count": len(nodes), "worldSize": plan.world_size, "backend": plan.backend,
+        "reason": plan.backend_reason, "master": plan.master.name, "address": plan.master.address,
+        "port": int(v["port"]),
+        "gang": catalog.fill(texts["gang"]["none" if scheduling["gang"] == "none" else "some"], fields),
+        "restarts": int(v["failurePolicy"]["maxRestarts"]), "hcclExecTimeout": hccl, "pgTimeout": int(pg_timeout or 0),
+        "hcclRounded": bool(pg_timeout) and hccl != int(pg_timeout)
+                       and any(catalog.is_ascend(shape.accelerator) for shape in plan.shapes),
+    }
+    lines = catalog.items(texts["lines"], facts)
     header = ("rank", "node", "address", "nic", "accelerator", "devices", "template")
     rows = [
         (str(node.rank), node.name, node.address, node.nic or "-", node.accelerator, str(node.devices), node.shape.name)
@@ -42,7 +45,8 @@ def summary_lines(plan: Plan, short: bool = False) -> list[str]:
     widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
 
     def line(row) -> str:
-        return "  ".join(cell.rjust(widths[0]) if i == 0 else cell.ljust(widths[i]) for i, cell in enumerate(row)).rstrip()
+        return "  ".join(cell.rjust(widths[0]) if i == 0 else cell.ljust(widths[i]) for i,
+                         cell in enumerate(row)).rstrip()
 
     lines.append(line(header))
     for index, row in enumerate(rows):
@@ -50,14 +54,6 @@ def summary_lines(plan: Plan, short: bool = False) -> list[str]:
             lines.append(f"... {skipped} more node(s) ...")
         lines.append(line(row))
     return lines
-
-
-def _gang_text(scheduling: dict) -> str:
-    gang = scheduling.get("gang") or "none"
-    if gang == "none":
-        return "none"
-    queue = f"queue {scheduling['queue']}, " if scheduling.get("queue") else ""
-    return f"{gang} ({queue}placed within {int(scheduling['timeout'])} s or stopped)"
 
 
 def summary_comment(plan: Plan) -> str:

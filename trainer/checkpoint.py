@@ -28,11 +28,13 @@ import zipfile
 
 import torch
 
+from trainer.errors import TrainerError
+
 _NAME = re.compile(r"^ckpt-(\d{8,})\.pt$")
 _TEMP = re.compile(r"^\.ckpt-\d{8,}\..*\.tmp$")
 
 
-class Unreadable(Exception):
+class Unreadable(TrainerError):
     """A checkpoint file that cannot be used; str() says why."""
 
 

@@ -6,6 +6,8 @@ import argparse
 import dataclasses
 import os
 
+from trainer.errors import TrainerError
+
 DEFAULT_PG_TIMEOUT_S = 600  # when TORCHDAG_PG_TIMEOUT is unset (gloo's own default is 30 min)
 
 # Exit statuses of a rank (docs/trainer.md, "Exit status").
@@ -17,7 +19,7 @@ EXIT_PREEMPTED = 75  # EX_TEMPFAIL: stopped by SIGTERM/SIGINT/SIGHUP at an agree
 NODE_RANK_FIELD = "{node_rank}"  # expanded in --checkpoint-dir from torchrun's GROUP_RANK
 
 
-class LaunchError(RuntimeError):
+class LaunchError(TrainerError):
     """The launcher environment is missing or inconsistent."""
 
 

@@ -14,12 +14,14 @@ import os
 
 import torch
 
+from trainer.errors import TrainerError
+
 DEVICE_KINDS = ("npu", "cuda", "cpu")
 BACKENDS = ("hccl", "nccl", "gloo")
 NATIVE_BACKEND = {"npu": "hccl", "cuda": "nccl", "cpu": "gloo"}
 
 
-class DeviceError(RuntimeError):
+class DeviceError(TrainerError):
     """The requested device/backend cannot be used on this node."""
 
 

@@ -9,7 +9,6 @@ import signal
 import torch
 import torch.distributed as dist
 
-
 # torchrun forwards the signal it gets (SIGTERM from Kubernetes or Argo, SIGINT
 # from a terminal, SIGHUP) to every worker's process group, then SIGKILLs the
 # workers after its --shutdown-timeout (TORCH_ELASTIC_SHUTDOWN_TIMEOUT, 30 s).
@@ -31,7 +30,7 @@ class StopRequest:
         self.agreed = False  # set by the loop: the handlers then stay until the process exits
         self._previous: dict = {}
 
-    def _handler(self, signum, frame):  # noqa: ARG002 - signal handler signature
+    def _handler(self, signum, frame):
         if not self.signum:
             self.signum = signum
 

@@ -1,8 +1,4 @@
-{{/*
-Helpers. The Workflow must equal what render.py prints (torchdag/plan.py and
-templates/workflow.yaml.j2), so each helper names the Python it mirrors.
-Helm reads every YAML number as float64: integers are printed through int64.
-*/}}
+{{/* Helpers, each named after the Python it mirrors. Helm reads every YAML number as float64: integers print through int64. */}}
 
 {{/* Name of every object: the release name (a Workflow cannot be installed with only generateName). */}}
 {{- define "torchdag.fullname" -}}
@@ -33,25 +29,13 @@ app.kubernetes.io/managed-by: {{ .Release.Service | quote }}
 {{- .Values.serviceAccountName | default "default" -}}
 {{- end -}}
 
-{{/*
-A Kubernetes quantity as a string, like plan.quantity() (Python's str()): strings verbatim;
-whole numbers as integers (4.0 -> "4"; %.0f is exact at any size); below 1e-4 Python
-switches to exponent form ("1e-05") as Go's %v does; otherwise fixed notation with the
-shortest round-tripping digits, which is how Go's JSON encoder prints it.
-*/}}
+{{/* yamlout.quantity() (Python's str()): whole numbers as integers ("4"); below 1e-4 exponent form
+("1e-05", as Go's %v); otherwise the shortest round-tripping digits (Go's JSON encoder). */}}
 {{- define "torchdag.quantity" -}}
-{{- if kindIs "string" . -}}
-{{- . -}}
-{{- else -}}
-{{- $number := float64 . -}}
-{{- if eq $number (floor $number) -}}
-{{- if eq $number 0.0 }}0{{ else }}{{ printf "%.0f" $number }}{{ end -}}
-{{- else if lt $number 0.0001 -}}
-{{- printf "%v" $number -}}
-{{- else -}}
-{{- toJson $number -}}
-{{- end -}}
-{{- end -}}
+{{- if kindIs "string" . }}{{ . }}
+{{- else if eq (float64 .) (floor (float64 .)) }}{{ ternary "0" (printf "%.0f" (float64 .)) (eq (float64 .) 0.0) }}
+{{- else if lt (float64 .) 0.0001 }}{{ printf "%v" (float64 .) }}
+{{- else }}{{ toJson (float64 .) }}{{ end -}}
 {{- end -}}
 
 {{/* yamlout.toleration(): one toleration as a flow mapping; the schema fixes its fields. */}}
@@ -59,41 +43,65 @@ shortest round-tripping digits, which is how Go's JSON encoder prints it.
 {{- $toleration := . -}}
 {{- $fields := list -}}
 {{- range $key := list "key" "operator" "value" "effect" -}}
-{{- if hasKey $toleration $key -}}
-{{- $fields = append $fields (printf "%s: %s" $key (toJson (index $toleration $key))) -}}
+{{- if hasKey $toleration $key }}{{ $fields = append $fields (printf "%s: %s" $key (toJson (index $toleration $key))) }}{{ end -}}
 {{- end -}}
-{{- end -}}
-{{- if hasKey $toleration "tolerationSeconds" -}}
-{{- $fields = append $fields (printf "tolerationSeconds: %d" (int64 $toleration.tolerationSeconds)) -}}
-{{- end -}}
+{{- if hasKey $toleration "tolerationSeconds" }}{{ $fields = append $fields (printf "tolerationSeconds: %d" (int64 $toleration.tolerationSeconds)) }}{{ end -}}
 {{- printf "{%s}" (join ", " $fields) -}}
 {{- end -}}
 
-{{/*
-summary.summary_lines(): the per-node table, from a plan (torchdag.plan), one line each,
-each line starting with .prefix. Takes (dict "plan" $plan "values" .Values "short" bool
-"prefix" string); the short form keeps the first and last four rows of a large job. Rows
-are printed as they are computed: collecting them in a list would be quadratic.
-*/}}
+{{/* catalog.fill(): `{name}` replaced by .fields.name in one pass (a filled value is never read
+again); names not in .fields stay as written. Takes (dict "text" "fields"). */}}
+{{- define "torchdag.fill" -}}
+{{- $parts := splitList "{" .text -}}
+{{- first $parts -}}
+{{- range rest $parts -}}
+{{- $field := splitn "}" 2 . -}}
+{{- if and (contains "}" .) (hasKey $.fields $field._0) }}{{ index $.fields $field._0 }}{{ $field._1 }}{{ else }}{{ printf "{%s" . }}{{ end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* catalog.items(): a conditional list of the catalogue (strings, or {value, if, unless}: kept
+when every fact in `if` holds and none in `unless`), filled from .facts, as JSON. Takes (dict "items" "facts"). */}}
+{{- define "torchdag.items" -}}
+{{- $out := list -}}
+{{- range $item := .items -}}
+{{- $entry := ternary (dict "value" $item) $item (kindIs "string" $item) -}}
+{{- $on := true -}}
+{{- range $entry.if }}{{ if not (index $.facts .) }}{{ $on = false }}{{ end }}{{ end -}}
+{{- range $entry.unless }}{{ if index $.facts . }}{{ $on = false }}{{ end }}{{ end -}}
+{{- if and $on (kindIs "string" $entry.value) -}}
+{{- $out = append $out (include "torchdag.fill" (dict "text" $entry.value "fields" $.facts)) -}}
+{{- else if $on -}}
+{{- $filled := list -}}
+{{- range $entry.value }}{{ $filled = append $filled (include "torchdag.fill" (dict "text" . "fields" $.facts)) }}{{ end -}}
+{{- $out = append $out $filled -}}
+{{- end -}}
+{{- end -}}
+{{- toJson $out -}}
+{{- end -}}
+
+{{/* catalog.problem(): "path: message" of a rule coded in both validators, worded by the
+catalogue's `messages`. Takes (list $catalog "rule-id" "path" (dict fields)). */}}
+{{- define "torchdag.problem" -}}
+{{- printf "%s: %s" (index . 2) (include "torchdag.fill" (dict "text" (index (index . 0).messages (index . 1)) "fields" (index . 3))) -}}
+{{- end -}}
+
+{{/* summary.summary_lines(): the lines and per-node table, each line after .prefix; .short keeps the first
+and last four rows of a large job. Takes (dict "plan" "values" "short" "prefix"). Rows print as they are computed. */}}
 {{- define "torchdag.summary" -}}
 {{- $plan := .plan -}}
 {{- $v := .values -}}
 {{- $prefix := .prefix -}}
 {{- $count := len $plan.nodes -}}
 {{- $pg := $v.timeouts.processGroup -}}
-{{- $ascend := false -}}
-{{- range $plan.shapes -}}
-{{- if (index $plan.catalog.devices .device).ascend -}}
-{{- $ascend = true -}}
-{{- end -}}
-{{- end -}}
-{{- $hcclLine := "" -}}
-{{- if and $pg $ascend -}}
-{{- $hccl := include "torchdag.hcclExecTimeout" (dict "catalog" $plan.catalog "seconds" $pg) -}}
-{{- if ne $hccl (printf "%d" (int64 $pg)) -}}
-{{- $hcclLine = printf "HCCL_EXEC_TIMEOUT: %s s (timeouts.processGroup %d s, as CANN reads it: a multiple of 68, at most 17340)" $hccl (int64 $pg) -}}
-{{- end -}}
-{{- end -}}
+{{- $texts := $plan.catalog.summary -}}
+{{- $scheduling := $v.scheduling -}}
+{{- $gang := dict "gang" $scheduling.gang "timeout" (printf "%d" (int64 $scheduling.timeout)) "queue" (include "torchdag.fill" (dict "text" (ternary $texts.queue.some $texts.queue.none (not (empty $scheduling.queue))) "fields" $scheduling)) -}}
+{{- $hccl := ternary "0" (include "torchdag.hcclExecTimeout" (dict "catalog" $plan.catalog "seconds" $pg)) (empty $pg) -}}
+{{- $facts := dict "name" $v.name "count" $count "worldSize" $plan.worldSize "backend" $plan.backend "reason" $plan.backendReason "master" $plan.master.name "address" $plan.master.address "port" (int64 $v.port) -}}
+{{- $_ := merge $facts (dict "gang" (include "torchdag.fill" (dict "text" (ternary $texts.gang.none $texts.gang.some (eq $scheduling.gang "none")) "fields" $gang)) "restarts" (int64 $v.failurePolicy.maxRestarts) "hcclExecTimeout" $hccl "pgTimeout" (int64 $pg)) -}}
+{{- $_ := merge $facts (dict "step" (int64 $plan.catalog.hcclExecTimeout.step) "max" (int64 $plan.catalog.hcclExecTimeout.max)) -}}
+{{- range $plan.shapes }}{{ if and $pg (index $plan.catalog.devices .device).ascend (ne $hccl (printf "%d" (int64 $pg))) }}{{ $_ := set $facts "hcclRounded" true }}{{ end }}{{ end -}}
 {{- $short := and .short (gt $count 8) -}}
 {{- $widths := dict "rank" 4 "node" 4 "address" 7 "nic" 3 "accelerator" 11 "devices" 7 "template" 8 -}}
 {{- range $key, $node := $plan.nodes -}}
@@ -104,11 +112,8 @@ are printed as they are computed: collecting them in a list would be quadratic.
 {{- end -}}
 {{- end -}}
 {{- $row := printf "%%*s  %%-*s  %%-*s  %%-*s  %%-*s  %%-*s  %%s" -}}
-{{- printf "%storchdag job %s: %d node(s), world size %d, backend %s (%s)" $prefix $v.name $count $plan.worldSize $plan.backend $plan.backendReason }}
-{{ printf "%smaster: %s (rank 0) at %s:%d" $prefix $plan.master.name $plan.master.address (int64 $v.port) }}
-{{ printf "%sgang scheduling: %s; whole-job restarts: %d" $prefix (include "torchdag.gangText" $v.scheduling) (int64 ($v.failurePolicy.maxRestarts | default 0)) }}
-{{- with $hcclLine }}
-{{ $prefix }}{{ . }}
+{{- range $index, $line := include "torchdag.items" (dict "items" $texts.lines "facts" $facts) | fromJsonArray }}
+{{- if $index }}{{ "\n" }}{{ end }}{{ $prefix }}{{ $line }}
 {{- end }}
 {{ $prefix }}{{ regexReplaceAll " +$" (printf $row (int $widths.rank) "rank" (int $widths.node) "node" (int $widths.address) "address" (int $widths.nic) "nic" (int $widths.accelerator) "accelerator" (int $widths.devices) "devices" "template") "" }}
 {{- range $key, $node := $plan.nodes }}
@@ -127,33 +132,3 @@ are printed as they are computed: collecting them in a list would be quadratic.
 # Rendered by torchdag: edit the values file, not this file.
 {{- end -}}
 
-{{/* summary._gang_text: the gang line of the summary. Takes .Values.scheduling. */}}
-{{- define "torchdag.gangText" -}}
-{{- $gang := .gang | default "none" -}}
-{{- if eq $gang "none" -}}
-none
-{{- else -}}
-{{- printf "%s (%splaced within %d s or stopped)" $gang (ternary (printf "queue %s, " .queue) "" (ne (.queue | default "") "")) (int64 .timeout) -}}
-{{- end -}}
-{{- end -}}
-
-{{/* plan._container_security, printed at a container's indentation. Takes $plan.security. */}}
-{{- define "torchdag.containerSecurity" }}
-      securityContext:
-        allowPrivilegeEscalation: {{ toJson .allowPrivilegeEscalation }}
-        {{- with .capabilities }}
-        capabilities:
-          {{- range $part := list "drop" "add" }}
-          {{- with index $.capabilities $part }}
-          {{ $part }}:
-          {{- range . }}
-          - {{ toJson . }}
-          {{- end }}
-          {{- end }}
-          {{- end }}
-        {{- end }}
-        {{- with .seccompProfile }}
-        seccompProfile:
-          type: {{ toJson . }}
-        {{- end }}
-{{- end -}}

@@ -278,3 +278,24 @@ spec:
       {{- end }}
   {{- end }}
 {{- end -}}
+
+{{/* The container_security macro of workflow.yaml.j2: $plan.security at a container's indentation. */}}
+{{- define "torchdag.containerSecurity" }}
+      securityContext:
+        allowPrivilegeEscalation: {{ toJson .allowPrivilegeEscalation }}
+        {{- with .capabilities }}
+        capabilities:
+          {{- range $part := list "drop" "add" }}
+          {{- with index $.capabilities $part }}
+          {{ $part }}:
+          {{- range . }}
+          - {{ toJson . }}
+          {{- end }}
+          {{- end }}
+          {{- end }}
+        {{- end }}
+        {{- with .seccompProfile }}
+        seccompProfile:
+          type: {{ toJson . }}
+        {{- end }}
+{{- end -}}

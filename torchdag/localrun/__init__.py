@@ -30,6 +30,7 @@ supervise (supervise.py and procs.py for one attempt, restart.py for restarts), 
 (report.py), command line (cli.py, __main__.py).
 """
 
+from .cli import build_parser, main
 from .errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_INVALID, EXIT_OK, EXIT_REFUSED, EXIT_TIMEOUT, LocalRunError
 from .expand import UnresolvedTag, argo_substitute, kube_command, kube_container_env, kube_expand
 from .load import Loaded, load, load_workflow
@@ -40,7 +41,6 @@ from .report import loss_value, summary_lines
 from .restart import JobOutcome, JobRunner
 from .retry import RetryPolicy, parse_duration
 from .supervise import Outcome, Supervisor, TaskResult
-from .cli import build_parser, main
 
 __all__ = [
     "CHECKOUT", "DEFAULT_MAPS", "EXIT_FAILED", "EXIT_INTERRUPTED", "EXIT_INVALID", "EXIT_OK", "EXIT_REFUSED",

@@ -2,6 +2,7 @@
 
 import sys
 
+from ..errors import run_command
 from .cli import main
 
-sys.exit(main())
+sys.exit(run_command(main, "python -m torchdag.localrun"))

@@ -7,7 +7,7 @@ import shlex
 import signal
 import sys
 
-from ..problems import TorchdagError, report
+from ..errors import TorchdagError, report
 from .errors import EXIT_INVALID, EXIT_OK, LocalRunError
 from .load import load
 from .prepare import Job, Options, prepare_job
@@ -41,17 +41,20 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     parser.add_argument("--map", dest="maps", action="append", default=[], type=_parse_map, metavar="SRC=DST",
                         help="map an image path prefix that does not exist here to DST (repeatable; "
                              "/opt/torchdag=<this checkout> is always last)")
-    parser.add_argument("--cpu", action="store_true", help="run GPU/NPU nodes on CPU (TORCHDAG_DEVICE=cpu, gloo) instead of refusing them")
+    parser.add_argument("--cpu", action="store_true",
+                        help="run GPU/NPU nodes on CPU (TORCHDAG_DEVICE=cpu, gloo) instead of refusing them")
     parser.add_argument("--timeout", type=float, default=None, metavar="S",
                         help="stop everything after S seconds, restarts included (exit 124); "
                              "the Workflow's activeDeadlineSeconds also applies")
     parser.add_argument("--no-gang-stop", dest="gang_stop", action="store_false",
                         help="when a task fails, leave the others running (as Argo does) until they end on their own")
-    parser.add_argument("--grace", type=float, default=5.0, metavar="S", help="seconds between SIGTERM and SIGKILL when stopping a task (default 5)")
+    parser.add_argument("--grace", type=float, default=5.0, metavar="S",
+                        help="seconds between SIGTERM and SIGKILL when stopping a task (default 5)")
     parser.add_argument("--backoff-scale", type=_non_negative, default=1.0, metavar="F",
                         help="multiply the retryStrategy's backoff waits by F (default 1; 0: restart at once)")
     parser.add_argument("--port", type=int, default=None, help="use this rendezvous port instead of the rendered one")
-    parser.add_argument("--only", action="append", default=[], metavar="TASK", help="run only this DAG task (repeatable)")
+    parser.add_argument("--only", action="append", default=[], metavar="TASK",
+                        help="run only this DAG task (repeatable)")
     parser.add_argument("--dry-run", action="store_true", help="print what would run, with every mapping, and exit")
     return parser
 

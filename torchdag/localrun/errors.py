@@ -1,8 +1,8 @@
-"""Exit statuses and the runner's one error class (rooted in torchdag.problems.TorchdagError)."""
+"""Exit statuses and the runner's one error class (rooted in torchdag.errors.TorchdagError)."""
 
 from __future__ import annotations
 
-from ..problems import TorchdagError
+from ..errors import TorchdagError
 
 EXIT_OK, EXIT_FAILED, EXIT_INVALID, EXIT_REFUSED, EXIT_TIMEOUT, EXIT_INTERRUPTED = 0, 1, 2, 3, 124, 130
 
@@ -19,7 +19,7 @@ def stopped_code(interrupted: bool, timed_out: bool) -> int | None:
 class LocalRunError(TorchdagError):
     """The Workflow cannot be run here as written. `exit_code` is 3 (refused: it cannot
     run faithfully on this machine) or 2 (invalid: Argo would refuse it too); `lines()`
-    are what `torchdag.problems.report` prints, one per problem."""
+    are what `torchdag.errors.report` prints, one per problem."""
 
     def __init__(self, message: str, code: int = EXIT_REFUSED):
         super().__init__(message)

@@ -50,8 +50,8 @@ def read_text(path: str | Path) -> str:
 
 def _documents(text: str) -> list | None:
     """Every non-empty YAML document, or None when the text is not YAML we can split or is
-    too deep or alias-expanded to build (the values loader's bounds: values.graph_problem)."""
-    from ..values import graph_problem
+    too deep or alias-expanded to build (the values loader's bounds: yamlread.graph_problem)."""
+    from ..yamlread import graph_problem
 
     loader = _Loader(text)
     try:
@@ -124,9 +124,9 @@ def load(path: str | Path) -> Loaded:
         return Loaded(doc, source, False, ignored)
     if docs and all(_is_object(d) for d in docs):
         select_workflow(docs, source)  # Kubernetes objects, none of them a Workflow: says so
-    from .. import cli  # the values pipeline: load, validate, plan, render
+    from .. import pipeline  # load, validate, plan, render
 
-    rendered = cli.build(path)
+    rendered = pipeline.build(path)
     doc, ignored = select_workflow(_documents(rendered) or [], f"{source} (rendered)")
     return Loaded(doc, source, True, ignored)
 

@@ -18,7 +18,16 @@ from typing import Callable
 
 from .errors import EXIT_INVALID, LocalRunError
 from .expand import UnresolvedTag, argo_substitute, kube_command, kube_container_env
-from .mapping import DEFAULT_MAPS, device_of, device_problems, map_path, map_word, missing_scripts, onto_cpu, onto_this_host
+from .mapping import (
+    DEFAULT_MAPS,
+    device_of,
+    device_problems,
+    map_path,
+    map_word,
+    missing_scripts,
+    onto_cpu,
+    onto_this_host,
+)
 from .retry import RetryPolicy, retry_policy
 
 # What a pod would not inherit from this shell: a stray GLOO_SOCKET_IFNAME or RANK here
@@ -55,7 +64,8 @@ class LocalTask:
 
     def process_env(self, base: dict[str, str], bin_dir: str) -> dict[str, str]:
         env = {k: v for k, v in base.items() if not _NOT_INHERITED.match(k)}
-        env["PATH"] = os.pathsep.join([bin_dir] + [p for p in base.get("PATH", "").split(os.pathsep) if p and p != bin_dir])
+        env["PATH"] = os.pathsep.join([bin_dir] + [p for p in base.get("PATH",
+                                                                       "").split(os.pathsep) if p and p != bin_dir])
         env.update(self.env)
         return env
 
@@ -104,14 +114,16 @@ def _dag(doc: dict) -> tuple[dict, dict, dict[str, dict]]:
     templates = {t["name"]: t for t in spec.get("templates") or []}
     entry = templates.get(spec.get("entrypoint"))
     if not entry or "dag" not in entry:
-        raise LocalRunError(f"entrypoint {spec.get('entrypoint')!r} is not a DAG template; localrun runs torchdag's DAG only")
+        raise LocalRunError(f"entrypoint {spec.get('entrypoint')!r} is not a DAG template; "
+                            "localrun runs torchdag's DAG only")
     return entry, entry["dag"], templates
 
 
 def _prepare_task(task: dict, template: dict, dag_scope: dict[str, str], options: Options) -> LocalTask:
     name = task["name"]
     if "container" not in template:
-        raise LocalRunError(f"{name}: template {template['name']!r} has no container; localrun runs container templates only")
+        raise LocalRunError(f"{name}: template {template['name']!r} has no container; "
+                            "localrun runs container templates only")
     container = template["container"]
     for entry in container.get("env") or []:
         if "value" not in entry:
@@ -119,7 +131,8 @@ def _prepare_task(task: dict, template: dict, dag_scope: dict[str, str], options
 
     # Argo: task arguments are resolved in the DAG's scope, then fill the inputs;
     # the container sees the workflow's variables and its inputs (not {{retries}}).
-    params = {p["name"]: str(p["value"]) for p in (template.get("inputs") or {}).get("parameters") or [] if "value" in p}
+    declared = (template.get("inputs") or {}).get("parameters") or []
+    params = {p["name"]: str(p["value"]) for p in declared if "value" in p}
     try:
         for p in (task.get("arguments") or {}).get("parameters") or []:
             params[p["name"]] = argo_substitute(str(p.get("value", "")), dag_scope)
@@ -161,7 +174,8 @@ def _prepare_task(task: dict, template: dict, dag_scope: dict[str, str], options
         else:
             notes.append(f"workingDir {working_dir} does not exist here: runs in {cwd}")
 
-    env_out = [(k, env_map[k]) for k in dict(env_list)] + [(k, v) for k, v in env_map.items() if k not in dict(env_list)]
+    env_out = [(k, env_map[k]) for k in dict(env_list)] + [(k, v) for k,
+                                                           v in env_map.items() if k not in dict(env_list)]
     local = LocalTask(name, template["name"], params, mapped, env_out, cwd, device, notes)
     if options.exec_prefix is not None:
         local.prefix = list(options.exec_prefix(local))
@@ -185,11 +199,13 @@ def _prepare_tasks(doc: dict, options: Options, scope: dict[str, str], restart: 
             continue
         depends = set(task.get("dependencies") or []) | ({task["depends"]} if task.get("depends") else set())
         if depends - skipped:
-            raise LocalRunError(f"{task['name']}: has dependencies; localrun starts every task at once, as torchdag renders them")
+            raise LocalRunError(f"{task['name']}: has dependencies; localrun starts every task at once, "
+                                "as torchdag renders them")
         if options.only and task["name"] not in options.only:
             continue
         if task.get("template") not in templates:
-            raise LocalRunError(f"{task['name']}: template {task.get('template')!r} is not in the Workflow", EXIT_INVALID)
+            raise LocalRunError(f"{task['name']}: template {task.get('template')!r} is not in the Workflow",
+                                EXIT_INVALID)
         out.append(_prepare_task(task, templates[task["template"]], dag_scope, options))
     return out
 
@@ -209,16 +225,18 @@ def gang_task(task: dict, templates: dict[str, dict]) -> str | None:
 def _gang_notes(doc: dict) -> list[str]:
     """What gang scheduling would do on a cluster, and that this runner does not."""
     _, dag, templates = _dag(doc)
-    notes = [f"ignored: task {t['name']} ({gang_task(t, templates)}: gang scheduling is not simulated; every node starts here at once)"
-             for t in dag.get("tasks") or [] if gang_task(t, templates)]
+    notes = [f"ignored: task {t['name']} ({gang_task(t, templates)}: gang scheduling is not simulated; "
+             "every node starts here at once)" for t in dag.get("tasks") or [] if gang_task(t, templates)]
     for template in templates.values():
         metadata = template.get("metadata") or {}
         marks = {**(metadata.get("labels") or {}), **(metadata.get("annotations") or {})}
         fields = [f"schedulerName {template['schedulerName']}"] if template.get("schedulerName") else []
         fields += [f"Pending timeout {template['timeout']}"] if template.get("timeout") else []
         fields += [f"{key}={value}" for key, value in marks.items() if not key.startswith("torchdag.io/")]
-        if "container" in template and fields and ((metadata.get("labels") or {}).get("torchdag.io/role") != "gang-watch"):
-            notes.append(f"ignored: template {template['name']}: {', '.join(fields)} (placement is the cluster's business)")
+        watch = (metadata.get("labels") or {}).get("torchdag.io/role") == "gang-watch"
+        if "container" in template and fields and not watch:
+            notes.append(f"ignored: template {template['name']}: {', '.join(fields)} "
+                         "(placement is the cluster's business)")
     return notes
 
 
@@ -232,7 +250,8 @@ def prepare_job(doc: dict, options: Options) -> Job:
     if problems:
         raise LocalRunError("\n".join(problems))
     deadline = (doc.get("spec") or {}).get("activeDeadlineSeconds")
-    return Job(doc, options, scope["workflow.name"], tasks, retry, float(deadline) if deadline else None, _gang_notes(doc))
+    return Job(doc, options, scope["workflow.name"], tasks, retry, float(deadline) if deadline else None,
+               _gang_notes(doc))
 
 
 def prepare(doc: dict, options: Options) -> tuple[str, list[LocalTask]]:

@@ -19,7 +19,8 @@ from .errors import EXIT_OK
 _NUMBER = r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?|[-+]?(?:nan|inf(?:inity)?)\b"
 # "loss 0.123", "loss: 0.1", "train_loss=1e-3", "loss 1.05 -> 0.06" (the latter number);
 # not "loss.backward()", "losses 3" or "gloss 2".
-_LOSS = re.compile(rf"(?<![A-Za-z])loss(?![A-Za-z])\s*[:=]?\s*(?P<n>{_NUMBER})(?:\s*->\s*(?P<to>{_NUMBER}))?", re.IGNORECASE)
+_LOSS = re.compile(rf"(?<![A-Za-z])loss(?![A-Za-z])\s*[:=]?\s*(?P<n>{_NUMBER})(?:\s*->\s*(?P<to>{_NUMBER}))?",
+                   re.IGNORECASE)
 
 
 def loss_value(line: str) -> str | None:
@@ -39,8 +40,8 @@ def _status(r) -> str:
 
 def _rows(outcome, indent: str = "  ") -> list[str]:
     width = max([len(r.name) for r in outcome.results] + [4])
-    return [f"{indent}{r.name:<{width}}  {_status(r):<7}  {r.exit_text():<18}  {r.duration:6.1f} s  last loss: {r.last_loss or '-'}"
-            for r in outcome.results]
+    return [f"{indent}{r.name:<{width}}  {_status(r):<7}  {r.exit_text():<18}  {r.duration:6.1f} s  "
+            f"last loss: {r.last_loss or '-'}" for r in outcome.results]
 
 
 def _failure(outcome) -> str | None:

@@ -119,7 +119,8 @@ class JobRunner:
             self.say(f"restart {retry.of_limit(restart)} in {round(wait, 2):g} s: {cause}")
             if not self._wait(wait, deadline, result):
                 break
-            self.say(f"restart {retry.of_limit(restart)}: starting {len(tasks)} task(s) again ({{{{retries}}}} = {restart})")
+            self.say(f"restart {retry.of_limit(restart)}: starting {len(tasks)} task(s) again "
+                     f"({{{{retries}}}} = {restart})")
         self.current = None
         result.elapsed = time.monotonic() - begin
         return result

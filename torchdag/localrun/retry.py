@@ -127,8 +127,10 @@ def retry_policy(doc: dict, entry: dict) -> RetryPolicy | None:
     if policy not in KNOWN_POLICIES:
         raise LocalRunError(f"{where}.retryPolicy: {policy!r} is not one of {', '.join(KNOWN_POLICIES)}", EXIT_INVALID)
     backoff = raw.get("backoff") or {}
-    duration = parse_duration(backoff["duration"], f"{where}.backoff.duration") if backoff.get("duration") not in (None, "") else 0.0
-    factor = _int_or_string(backoff["factor"], f"{where}.backoff.factor") if backoff.get("factor") not in (None, "") else None
+    duration = parse_duration(backoff["duration"],
+                              f"{where}.backoff.duration") if backoff.get("duration") not in (None, "") else 0.0
+    factor = _int_or_string(backoff["factor"], f"{where}.backoff.factor") if backoff.get("factor") not in (None,
+                                                                                                           "") else None
     cap = parse_duration(backoff["cap"], f"{where}.backoff.cap") if backoff.get("cap") not in (None, "") else None
     max_duration = (parse_duration(backoff["maxDuration"], f"{where}.backoff.maxDuration")
                     if backoff.get("maxDuration") not in (None, "") else None)

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Per-node checks before torchrun, and NIC auto-discovery.
 
-    python trainer/preflight.py --master-addr ADDR --master-port PORT --node-rank R \
+    python3 trainer/agents/preflight.py --master-addr ADDR --master-port PORT --node-rank R \
         --nproc-per-node N [--nnodes M] [--nic NAME|auto] [--device npu|cuda|cpu] \
         [--timeout SECONDS] [--exec CMD [ARG...]]
 
@@ -283,7 +283,7 @@ def detect_device() -> str:
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="trainer/preflight.py", allow_abbrev=False,
+        prog="trainer/agents/preflight.py", allow_abbrev=False,
         description="Per-node checks before torchrun; optional NIC discovery and exec.",
         epilog="Exit status: 0 no error found (or, with --exec, the command's own), 1 an error was "
                "found (the command is not run), 2 usage, 127 the command could not be started.")

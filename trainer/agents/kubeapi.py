@@ -1,4 +1,4 @@
-"""A small in-cluster Kubernetes API client for trainer/gangwatch.py: standard library
+"""A small in-cluster Kubernetes API client for trainer/agents/gangwatch.py: standard library
 only (urllib, ssl, json), so it runs in the training image without a Kubernetes client.
 Errors are one line: ApiError for a call that failed, Exit for a reason to stop."""
 
@@ -12,12 +12,14 @@ import urllib.error
 import urllib.parse
 import urllib.request
 
+from trainer.errors import TrainerError
+
 PREFIX = "[gang-watch]"
 REQUEST_TIMEOUT = 10.0
 TERMINATION_LOG_LIMIT = 4000  # Kubernetes keeps at most 4096 bytes of a termination message
 
 
-class Exit(Exception):
+class Exit(TrainerError):
     """Stop with this status; message (if any) is printed, and written as the
     termination message when the status is not 0."""
 
@@ -29,7 +31,7 @@ class Exit(Exception):
         self.terminate_note = terminate_note
 
 
-class ApiError(Exception):
+class ApiError(TrainerError):
     """An API call that did not succeed.  status is None when there was no HTTP answer."""
 
     def __init__(self, method: str, path: str, status: int | None, detail: str):
@@ -64,7 +66,7 @@ class Api:
             try:
                 self.context = ssl.create_default_context(cafile=ca_file)
             except (OSError, ssl.SSLError) as exc:
-                raise Exit(2, f"error: cannot load the API server's CA from {ca_file}: {exc}", sys.stderr)
+                raise Exit(2, f"error: cannot load the API server's CA from {ca_file}: {exc}", sys.stderr) from exc
 
     def _token(self) -> str:
         # Read on every call: projected ServiceAccount tokens are rotated in place.
@@ -72,8 +74,8 @@ class Api:
             with open(self.token_file) as f:
                 return f.read().strip()
         except OSError as exc:
-            raise Exit(2, f"error: cannot read the ServiceAccount token {self.token_file}: "
-                          f"{exc.strerror or exc} (is automountServiceAccountToken off for this pod?)", sys.stderr)
+            raise Exit(2, f"error: cannot read the ServiceAccount token {self.token_file}: {exc.strerror or exc} "
+                          "(is automountServiceAccountToken off for this pod?)", sys.stderr) from exc
 
     def call(self, method: str, path: str, body: dict | None = None,
              content_type: str = "application/json") -> dict | None:
@@ -91,24 +93,24 @@ class Api:
         except urllib.error.HTTPError as exc:
             if exc.code == 404:
                 return None
-            raise ApiError(method, shown, exc.code, _status_message(exc))
+            raise ApiError(method, shown, exc.code, _status_message(exc)) from exc
         except (urllib.error.URLError, OSError, ValueError) as exc:
             # Connection refused or reset, DNS, TLS, timeouts, a truncated answer.
             reason = getattr(exc, "reason", None) or exc
-            raise ApiError(method, shown, None, one_line(str(reason)) or type(exc).__name__)
-        except Exception as exc:  # http.client.HTTPException and friends: a broken answer
-            raise ApiError(method, shown, None, f"{type(exc).__name__}: {one_line(str(exc))}")
+            raise ApiError(method, shown, None, one_line(str(reason)) or type(exc).__name__) from exc
+        except Exception as exc:
+            raise ApiError(method, shown, None, f"{type(exc).__name__}: {one_line(str(exc))}") from exc
         try:
             return json.loads(raw.decode() or "{}")
         except ValueError:
-            raise ApiError(method, shown, 200, "the answer is not JSON")
+            raise ApiError(method, shown, 200, "the answer is not JSON") from None
 
 
 def _status_message(exc: urllib.error.HTTPError) -> str:
     """The message of a Kubernetes Status answer, else the start of the body."""
     try:
         raw = exc.read().decode(errors="replace")
-    except Exception:
+    except Exception:  # noqa: BLE001 - an error body that cannot be read is an empty one
         raw = ""
     try:
         message = json.loads(raw).get("message")

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Bounded wait for a gang: stop the Workflow if its training pods are not all placed in time.
 
-    python3 trainer/gangwatch.py --workflow=NAME --namespace=NS --pods=N --timeout=SECONDS
+    python3 trainer/agents/gangwatch.py --workflow=NAME --namespace=NS --pods=N --timeout=SECONDS
 
 With `scheduling.gang` set, the rendered Workflow runs this as the task `gang-watch`,
 beside the training tasks.  It polls the Kubernetes API for the Workflow's training
@@ -24,7 +24,10 @@ import sys
 import time
 import urllib.parse
 
-from kubeapi import PREFIX, Api, ApiError, Exit, default_api_server, one_line, say, write_termination_log  # trainer/kubeapi.py
+if __package__ in (None, ""):  # run by path: import the package from above trainer/, as train.py does
+    sys.path[0] = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from trainer.agents.kubeapi import PREFIX, Api, ApiError, Exit, default_api_server, one_line, say, write_termination_log
 
 SA_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 WORKFLOW_LABEL = "workflows.argoproj.io/workflow"
@@ -173,7 +176,7 @@ class Watch:
             if exc.transient:
                 self.transient(exc)
                 return
-            raise self.fatal(exc, "get", "workflows.argoproj.io")
+            raise self.fatal(exc, "get", "workflows.argoproj.io") from exc
         if wf is None:
             raise Exit(0, f"workflow {self.wf} not found in namespace {self.ns}: nothing to watch")
         self.resolved = True
@@ -219,7 +222,7 @@ class Watch:
             if exc.transient:
                 self.transient(exc)
                 return None
-            raise self.fatal(exc, "list", "pods")
+            raise self.fatal(exc, "list", "pods") from exc
         if self.error_key:
             say("API reachable again")
             self.error_key = None
@@ -239,7 +242,7 @@ class Watch:
                 failed = (Exit(2, f"error: could not stop workflow {self.wf}: {exc}", sys.stderr)
                           if exc.transient else self.fatal(exc, "patch", "workflows.argoproj.io"))
                 failed.message += f"; and the gang was not placed: {reason}"
-                raise failed
+                raise failed from exc
             break
         if answer is None:
             raise Exit(0, f"workflow {self.wf} no longer exists: nothing to stop", terminate_note=False)
@@ -303,7 +306,7 @@ def positive(kind):
         try:
             value = kind(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a number")
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
         if not value > 0:
             raise argparse.ArgumentTypeError(f"{text!r} must be greater than 0")
         return value
@@ -312,7 +315,7 @@ def positive(kind):
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="trainer/gangwatch.py", allow_abbrev=False,
+        prog="trainer/agents/gangwatch.py", allow_abbrev=False,
         formatter_class=argparse.RawDescriptionHelpFormatter,
         description=(
             "Bounded wait for a gang-scheduled torchdag Workflow (its `gang-watch` task).\n\n"

@@ -1,0 +1,94 @@
+"""The house rules that keep the tree cheap to change: module sizes, the chart's budget of
+hand-written logic, and rules as data (each coded rule's id in both twins, every fact the
+catalogue names computed by the plan)."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+
+import pytest
+
+from helpers import REPO
+from torchdag import catalog, plan
+from torchdag.values import load_schema
+
+CHART_LOGIC = ("_plan.tpl", "_validate.tpl", "_helpers.tpl")
+CHART_LOGIC_LIMIT = 520  # non-blank lines, issue 20
+# Rules only one renderer has: the chart's placeholders exist only in chart/values.yaml.
+ONE_TWIN = {"chart-placeholder": "chart"}
+
+
+def tracked(pattern: str) -> list[str]:
+    done = subprocess.run(["git", "ls-files", pattern], cwd=REPO, capture_output=True, text=True, check=True)
+    return done.stdout.split()
+
+
+def lines_of(path) -> list[str]:
+    return (REPO / path).read_text(encoding="utf-8").splitlines()
+
+
+def test_no_hand_written_python_module_over_400_lines():
+    long = {path: n for path in tracked("*.py") if (n := len(lines_of(path))) > 400}
+    assert not long, f"split these modules: {long}"
+
+
+def test_the_charts_hand_written_logic_stays_within_its_budget():
+    lines = sum(1 for name in CHART_LOGIC for line in lines_of(f"chart/templates/{name}") if line.strip())
+    assert lines <= CHART_LOGIC_LIMIT, f"{lines} non-blank lines in {', '.join(CHART_LOGIC)}: move rules into data"
+
+
+@pytest.mark.parametrize("rule", sorted(catalog.catalog()["messages"]))
+def test_each_coded_rule_is_named_in_both_twins(rule):
+    python = (REPO / "torchdag" / "validate.py").read_text(encoding="utf-8")
+    chart = (REPO / "chart" / "templates" / "_validate.tpl").read_text(encoding="utf-8")
+    quoted = f'"{rule}"'
+    assert ONE_TWIN.get(rule) == "chart" or quoted in python, f"validate.py does not name rule {rule}"
+    assert ONE_TWIN.get(rule) == "python" or quoted in chart, f"_validate.tpl does not name rule {rule}"
+
+
+def test_rule_ids_are_unique_between_the_schema_and_the_catalogue():
+    schema_rules = re.findall(r'"x-rule": "([^"]+)"', "\n".join(lines_of("schema/values.schema.json")))
+    assert len(schema_rules) == len(set(schema_rules))
+    assert not set(schema_rules) & set(catalog.catalog()["messages"])
+
+
+def _texts(entries: list) -> list[str]:
+    out = []
+    for entry in entries:
+        value = entry["value"] if isinstance(entry, dict) else entry
+        out += value if isinstance(value, list) else [value]
+    return out
+
+
+def test_every_fact_the_container_lists_name_is_computed_by_the_plan():
+    values = {"port": 1, "nodes": [{"name": "a"}], "launcher": {"python": "python3", "maxRestarts": None},
+              "preflight": {"timeout": 1}, "timeouts": dict.fromkeys(("rendezvous", "processGroup", "hcclConnect")),
+              "failurePolicy": {"maxRestarts": 0}, "ascend": {"whitelistDisable": False}}
+    facts = plan.shape_facts(plan.job_facts(values, "gloo", "a"), "cpu", 1, "", "a", False)
+    container = catalog.catalog()["container"]
+    lists = [container[key] for key in ("shapeSuffixes", "parameters", "preflightArgs", "launcherArgs", "env")]
+    lists += list(container["launchers"].values())
+    for entries in lists:
+        for entry in entries:
+            names = entry.get("if", []) + entry.get("unless", []) if isinstance(entry, dict) else []
+            assert set(names) <= set(facts), f"unknown fact in {entry}"
+        for text in _texts(entries):
+            assert set(re.findall(r"\{([^{}]*)\}", text)) <= set(facts), f"unknown field in {text!r}"
+    assert set(re.findall(r"\{([^{}]*)\}", container["shapeName"])) <= set(facts)
+
+
+def test_the_schema_rules_carry_their_words():
+    """Every rule the schema states says so (x-rule) and words it for render.py (x-message)."""
+
+    def walk(node):
+        if isinstance(node, dict):
+            if "x-rule" in node or "x-message" in node:
+                assert "x-rule" in node and "x-message" in node, node
+            for item in node.values():
+                walk(item)
+        elif isinstance(node, list):
+            for item in node:
+                walk(item)
+
+    walk(load_schema())

@@ -1,0 +1,84 @@
+"""The one error root of torchdag and the one handler every command reports through.
+
+Every error a user can cause is a `TorchdagError`: its `lines()` are printed on stderr
+(one line per problem) and `exit_code` is the status to leave with. Anything else that
+escapes a command is a bug in torchdag, never the user's input: it is printed as one line
+that says so, with exit status 70 (EX_SOFTWARE), and no traceback (TORCHDAG_TRACEBACK=1
+prints it too, for whoever fixes the bug).
+
+Every command runs its body through `run_command`: render.py and `torchdag render`/`check`
+(torchdag/cli.py), `torchdag smoke` and `python -m torchdag.localrun`, and the cluster tools:
+
+    from torchdag.errors import TorchdagError, run_command
+
+    def main(argv=None) -> int:
+        args = parser.parse_args(argv)             # usage errors: argparse's own exit 2
+        return run_command(lambda: body(args), "my-tool")
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import traceback
+from typing import Callable
+
+EXIT_BUG = 70  # EX_SOFTWARE: a bug in torchdag, not in the values
+EXIT_INTERRUPTED = 130
+
+
+class TorchdagError(Exception):
+    """The root of every error torchdag reports to a user: `lines()` are what is printed
+    (one line per problem, e.g. `file: path: message`) and `exit_code` the status."""
+
+    exit_code = 1
+
+    def lines(self) -> list[str]:
+        return [str(self)]
+
+
+class InternalBug(TorchdagError):
+    """Something torchdag itself got wrong (a template that renders no valid YAML, an
+    exception nobody expected): one line naming it as a bug."""
+
+    exit_code = EXIT_BUG
+
+    def __init__(self, what: str, prog: str = "torchdag"):
+        super().__init__(what)
+        self.prog = prog
+
+    def lines(self) -> list[str]:
+        what = " ".join(str(self).split())  # one line, whatever the exception said
+        return [f"{self.prog}: internal bug (not a problem with your values; please report it): {what}"]
+
+
+class CannotWrite(TorchdagError):
+    """An output torchdag could not (or will not) write: the file named by -o, or stdout."""
+
+    def __init__(self, prog: str, target: str, reason: str):
+        super().__init__(f"{prog}: cannot write {target or repr(target)}: {reason}")
+
+
+def report(err: TorchdagError, stream=None) -> int:
+    """Print an error's lines on stderr; return its exit status."""
+    stream = stream or sys.stderr
+    for line in err.lines():
+        print(line, file=stream)
+    return err.exit_code
+
+
+def run_command(body: Callable[[], int], prog: str) -> int:
+    """Run a command's body: its status; a TorchdagError reported as its lines and status;
+    any other exception as one line naming an internal bug, status 70."""
+    try:
+        return body()
+    except TorchdagError as err:
+        if isinstance(err, InternalBug):
+            err.prog = prog
+        return report(err)
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
+    except Exception as err:  # noqa: BLE001 - the one place an unexpected exception becomes a line
+        if os.environ.get("TORCHDAG_TRACEBACK"):
+            traceback.print_exc()
+        return report(InternalBug(f"{type(err).__name__}: {err}", prog))

@@ -1,0 +1,75 @@
+"""The pipeline: load -> validate -> plan -> render, each phase once, in this order.
+
+    load      torchdag/values.py (YAML as Helm reads it: torchdag/yamlread.py)
+    validate  the values laid over the schema's defaults, then torchdag/validate.py: every
+              problem of the file in one round, one ValuesError (exit status 2)
+    plan      torchdag/plan.py (and torchdag/jobparts.py)
+    render    torchdag/render.py (templates/workflow.yaml.j2), parsed back and size-checked
+
+Writing is the caller's (torchdag/output.py): nothing is written unless every phase passed.
+render.py, `torchdag render/check/smoke` and the local runner all come through `run`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from .plan import Plan, make_plan
+from .problems import ValuesError
+from .render import render
+from .validate import validate as problems_of
+from .values import Loaded, coalesce, fill_absent, read, schema_defaults
+
+load = read
+
+
+def validate(loaded: Loaded) -> dict:
+    """Valid, default-filled values (every key present), or a ValuesError with every problem."""
+    merged = coalesce(loaded.values, schema_defaults())
+    problems = problems_of(merged)
+    # An integer beyond 2^53 is worth a line only where nothing else is wrong with it
+    # (`port: 99999999999999999999` is better told its range).
+    named = {problem.path for problem in problems}
+    problems += [problem for problem in loaded.too_big if problem.path not in named]
+    if problems:
+        raise ValuesError(loaded.source, problems)
+    return fill_absent(merged)
+
+
+@dataclass(frozen=True)
+class Rendered:
+    source: str  # the values file's name in messages
+    values: dict  # valid and default-filled
+    plan: Plan
+    text: str  # the Workflow's YAML, as it will be written
+
+    def warnings(self) -> list[str]:
+        """Advice that does not stop rendering (printed on stderr)."""
+        nodes = self.values["nodes"]
+        if len(nodes) == 1:
+            return []
+        return [
+            f"{self.source}: nodes[{index}].nic: not set; gloo then binds whatever the hostname resolves to "
+            "(often loopback: 'connectFullMesh failed'); name the NIC or use nic: auto"
+            for index, node in enumerate(nodes)
+            if not node.get("nic")
+        ]
+
+
+def run(values_path: str | Path) -> Rendered:
+    """Every phase short of writing; raises ValuesError on bad input."""
+    loaded = load(values_path)
+    values = validate(loaded)
+    plan = make_plan(values)
+    return Rendered(loaded.source, values, plan, render(plan, loaded.source))
+
+
+def build(values_path: str | Path) -> str:
+    """The Workflow's YAML text for a values file."""
+    return run(values_path).text
+
+
+def valid_values(values_path: str | Path) -> dict:
+    """Load and validate only (torchdag check, and whoever needs the plan's input)."""
+    return validate(load(values_path))

@@ -1,0 +1,246 @@
+"""Reading a values file's YAML the way Helm reads it (go-yaml v2), within bounds.
+
+render.py and the Helm chart must see the same values: plain scalars resolve as go-yaml
+resolves them (`y`/`n` booleans, Go's numbers, no base 60), duplicate keys and non-string
+keys are refused, and the composed document is measured before anything is built (depth,
+alias expansion, Helm's "excessive aliasing" rule), so a kilobyte "billion laughs" is
+refused in milliseconds. torchdag/values.py builds the values on top of this.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any
+
+import yaml
+
+try:  # libyaml makes loading a 1,000-node file several times faster
+    _BaseLoader = yaml.CSafeLoader
+except AttributeError:  # pragma: no cover - PyYAML built without libyaml
+    _BaseLoader = yaml.SafeLoader
+
+_INT_TAG = "tag:yaml.org,2002:int"
+_FLOAT_TAG = "tag:yaml.org,2002:float"
+_NUMBER_TAG = "tag:torchdag.io,2024:number"  # a plain scalar that may be a number: go_number() decides
+
+# Limits on what one values file may make the loader build (a real one is a few thousand
+# values, at most ten levels deep). Checked on the composed node graph, before any Python
+# object is built, so a kilobyte "billion laughs" is refused in milliseconds.
+MAX_DEPTH = 100  # lists and mappings inside each other
+MAX_VALUES = 1_000_000  # scalars, lists and mappings, every alias counted as a full copy
+MAX_ALIAS_COPIES = 50_000  # of those, values that aliases copy (1,000 nodes sharing one resources block: ~7,000)
+
+
+class _StrictLoader(_BaseLoader):
+    """Safe loader that refuses duplicate keys (PyYAML silently keeps the last one) and
+    resolves plain scalars the way Helm does (go-yaml v2), so both tools see the same values."""
+
+
+def _construct_mapping(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = False) -> dict:
+    loader.flatten_mapping(node)
+    mapping: dict = {}
+    for key_node, value_node in node.value:
+        key = loader.construct_object(key_node, deep=deep)
+        if not isinstance(key, str):
+            raise yaml.constructor.ConstructorError(
+                None, None, f"key {key!r} is not a string; quote it", key_node.start_mark
+            )
+        if key in mapping:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"duplicate key {key!r}", key_node.start_mark
+            )
+        mapping[key] = loader.construct_object(value_node, deep=deep)
+    return mapping
+
+
+_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+
+# Read plain scalars the way Helm does (go-yaml v2's resolve()), so both tools see the same
+# values: `y`/`n` are booleans there; numbers are what Go's strconv parses (`1e3`, `+.5`,
+# `0o17`, `017`, `0x1F`, `1_000`), never YAML 1.1's base 60 (`1:30` stays a string), and a
+# float too large for float64 (`1e400`) stays the string it is. `=` is a string, not
+# PyYAML's unconstructible `!!value`.
+_StrictLoader.yaml_implicit_resolvers = {
+    first: [(tag, regexp) for tag, regexp in resolvers if tag not in (_INT_TAG, _FLOAT_TAG, "tag:yaml.org,2002:value")]
+    for first, resolvers in _BaseLoader.yaml_implicit_resolvers.items()
+}
+_StrictLoader.bool_values = {**yaml.constructor.SafeConstructor.bool_values, "y": True, "n": False}
+_StrictLoader.add_implicit_resolver("tag:yaml.org,2002:bool", re.compile(r"^(?:y|Y|n|N)$"), list("yYnN"))
+_StrictLoader.add_implicit_resolver(
+    _FLOAT_TAG, re.compile(r"^(?:[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"), list("-+.")
+)
+_StrictLoader.add_implicit_resolver(
+    _NUMBER_TAG,
+    re.compile(r"^(?:[-+]?(?:0[xX][0-9a-fA-F_]+|0[oObB][0-9_]+|[0-9_]*(?:\.[0-9_]*)?(?:[eE][-+]?[0-9_]+)?)"
+               r"|\.[0-9]+(?:[eE][-+]?[0-9]+)?)$"),
+    list("-+.0123456789"),
+)
+
+_GO_FLOAT = re.compile(r"[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?")
+_DOT_FLOAT = re.compile(r"\.[0-9]+(?:[eE][-+]?[0-9]+)?")
+_DIGITS = {2: "01", 8: "01234567", 10: "0123456789", 16: "0123456789abcdefABCDEF"}
+
+
+def _go_int(plain: str) -> int | None:
+    """strconv.ParseInt(plain, 0, 64) without its range limit: 0x, 0o, 0b and a leading 0
+    (octal) prefixes, an optional sign. Out-of-range integers stay exact here (go-yaml would
+    make them float64s); the validate phase refuses those beyond 2^53 that nothing else does."""
+    sign, digits = 1, plain
+    if digits[:1] in ("+", "-"):
+        sign, digits = (-1 if digits[0] == "-" else 1), digits[1:]
+    if not digits:
+        return None
+    base = 10
+    if digits[0] == "0":
+        prefix = digits[1:2].lower()
+        if len(digits) >= 3 and prefix in ("b", "o", "x"):
+            base, digits = {"b": 2, "o": 8, "x": 16}[prefix], digits[2:]
+        else:
+            base, digits = 8, digits[1:]
+            if not digits:
+                return 0
+    if not all(char in _DIGITS[base] for char in digits):
+        return None
+    return sign * int(digits, base)
+
+
+def go_number(text: str) -> int | float | str:
+    """A plain scalar as go-yaml v2 resolves it: an int, a float, or the text itself."""
+    if text.startswith("."):
+        candidate = text if _DOT_FLOAT.fullmatch(text) else None
+    else:
+        plain = text.replace("_", "")
+        number = _go_int(plain)
+        if number is not None:
+            return number
+        candidate = plain if _GO_FLOAT.fullmatch(plain) else None
+    if candidate is None:
+        return text
+    value = float(candidate)
+    return text if math.isinf(value) else value  # Go: out of float64's range, so not a number
+
+
+_StrictLoader.add_constructor(_NUMBER_TAG, lambda loader, node: go_number(loader.construct_scalar(node)))
+
+
+def _children(node: yaml.Node) -> list:
+    if isinstance(node, yaml.MappingNode):
+        return [part for pair in node.value for part in pair]
+    if isinstance(node, yaml.SequenceNode):
+        return node.value
+    return []
+
+
+def graph_problem(root: yaml.Node) -> str | None:
+    """What makes a composed document too big or too deep to build, or None.
+
+    The graph is a DAG (an alias is the anchored node itself, shared), so each node is
+    visited once, iteratively, in document order: the first edge to a node is where it is
+    written, any later one an alias. Per node: how many values it stands for with every
+    alias copied out (what later phases walk) and its depth likewise; and, as go-yaml
+    decodes the document, running counts of values decoded and of those decoded inside an
+    alias, for Helm's "excessive aliasing" rule. Linear in the file, no recursion.
+    """
+    sizes: dict[int, int] = {}  # values, aliases expanded
+    depths: dict[int, int] = {}
+    decoded: dict[int, int] = {}  # how many values go-yaml decodes for the node (alias nodes count)
+    alias_edges: dict[int, set[int]] = {}  # per node, the positions of its children that are aliases
+    distinct = 0
+    run_decoded, run_aliased = 2, 0  # go-yaml's decodeCount (the document node and the root first) and aliasCount
+    excessive = None  # go-yaml's verdict, reported only when the plainer limits below hold
+    open_nodes = {id(root)}
+    stack = [(root, iter(enumerate(_children(root))))]
+    while stack:
+        node, pending = stack[-1]
+        for position, child in pending:
+            key = id(child)
+            if key in sizes:
+                alias_edges.setdefault(id(node), set()).add(position)
+                run_decoded, run_aliased = min(run_decoded + 1 + decoded[key], _CAP), min(run_aliased + decoded[key],
+                                                                                          _CAP)
+                ratio = run_aliased / run_decoded
+                allowed = _allowed_alias_ratio(run_decoded)
+                if excessive is None and run_aliased > 100 and run_decoded > 1000 and ratio > allowed:
+                    excessive = (f"{run_aliased} of the first {run_decoded} values decoded come from aliases "
+                                 f"({100 * ratio:.1f}%, excessive aliasing); Helm's YAML reader allows at most "
+                                 f"{100 * _allowed_alias_ratio(run_decoded):.0f}%")
+                continue
+            if key in open_nodes:
+                return (f"an alias refers to a list or mapping that contains it (line {child.start_mark.line + 1}); "
+                        "YAML values cannot contain themselves")
+            if not isinstance(child, yaml.CollectionNode):
+                counted = 0 if child.tag == _MERGE_TAG else 1  # go-yaml merges without decoding the `<<` key
+                sizes[key], depths[key], decoded[key] = 1, 0, counted
+                run_decoded += counted
+                distinct += 1
+                continue
+            run_decoded += 1
+            open_nodes.add(key)
+            stack.append((child, iter(enumerate(_children(child)))))
+            break
+        else:
+            stack.pop()
+            key = id(node)
+            open_nodes.discard(key)
+            children = [id(child) for child in _children(node)]
+            sizes[key] = min(1 + sum(sizes[c] for c in children), _CAP)
+            depths[key] = depth = 1 + max((depths[c] for c in children), default=0)
+            decoded[key] = min(1 + sum(decoded[c] for c in children) + len(alias_edges.pop(key, ())), _CAP)
+            distinct += 1
+            if depth > MAX_DEPTH:
+                return (f"lists and mappings are nested more than {MAX_DEPTH} levels deep "
+                        f"(line {node.start_mark.line + 1}); the limit is {MAX_DEPTH}")
+    total = sizes[id(root)]
+    copies = total - distinct
+    if copies > MAX_ALIAS_COPIES:
+        shown = f"more than {MAX_VALUES}" if total > MAX_VALUES else str(total)
+        return (f"aliases expand this file's {distinct} values to {shown} (excessive aliasing, a \"billion laughs\"); "
+                f"aliases may add at most {MAX_ALIAS_COPIES} values")
+    if total > MAX_VALUES:
+        return f"holds more than {MAX_VALUES} values (lists, mappings and scalars); the limit is {MAX_VALUES}"
+    return excessive
+
+
+_MERGE_TAG = "tag:yaml.org,2002:merge"
+_CAP = 10**15  # counts stop growing here: a bomb's true size is of no interest
+
+
+def _allowed_alias_ratio(total: int) -> float:
+    """go-yaml v2 (decode.go): 99% of a document's values may come from aliases up to
+    400,000 values, falling smoothly to 10% at 4,000,000."""
+    low, high = 400_000, 4_000_000
+    if total <= low:
+        return 0.99
+    if total >= high:
+        return 0.10
+    return 0.99 - 0.89 * (total - low) / (high - low)
+
+
+def yaml_problem(err: yaml.YAMLError) -> str:
+    if isinstance(err, yaml.MarkedYAMLError):
+        if err.problem == "exceeded maximum nesting depth":  # libyaml's own limit, 1,000 levels
+            return f"lists and mappings are nested more than {MAX_DEPTH} levels deep; the limit is {MAX_DEPTH}"
+        mark = err.problem_mark or err.context_mark
+        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "somewhere"
+        return f"not valid YAML at {where}: {err.problem or err.context}"
+    return f"not valid YAML: {err}"
+
+
+class GraphProblem(Exception):
+    """The composed document is too deep or too alias-expanded to build (graph_problem)."""
+
+
+def load_yaml(text: str) -> Any:
+    """yaml.load with the graph checked between composing and constructing."""
+    loader = _StrictLoader(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        problem = graph_problem(node)
+        if problem:
+            raise GraphProblem(problem)
+        return loader.construct_document(node)
+    finally:
+        loader.dispose()
