@@ -1,10 +1,14 @@
-"""Shared fixtures (the helm binary the Makefile installed), and the test tiers.
+"""Shared fixtures (the helm binary the Makefile installed), the test tiers and two
+session-wide rules.
 
 `make test` runs every test; `make test-fast` runs the fast tier in a venv without torch,
 deselecting the markers pytest.ini declares (torch, netns, ascend, go). A module marked
 torch as a whole may import torch at the top: where torch is not installed and the run
 deselects that tier, such a module is not even collected.
-"""
+
+Property tests draw the same examples on every run (the Hypothesis profile `ci`, named in
+the header, so a failure seen once replays with the same command), and no test may change
+a tracked file (checked at the end of the session)."""
 
 from __future__ import annotations
 
@@ -16,10 +20,15 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
+from tracked_files import changed_files, tracked_digests
 
 from helpers import REPO
 
 sys.path.insert(0, str(REPO))
+
+# The fake Kubernetes API the gang-watch tests share (its `api` fixture).
+pytest_plugins = ["gangwatch_helpers"]
 
 _TORCH_MODULE = re.compile(r"^pytestmark = .*\bpytest\.mark\.torch\b", re.MULTILINE)
 
@@ -29,6 +38,21 @@ def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool 
         return None
     deselected = "not torch" in (config.option.markexpr or "")
     return True if deselected and _TORCH_MODULE.search(collection_path.read_text(encoding="utf-8")) else None
+
+# ci: the examples follow from each test's own code, not from a random seed, so every run
+# (and every xdist worker) draws the same ones; a failure's blob is printed for replay.
+# explore (HYPOTHESIS_PROFILE=explore or --hypothesis-profile=explore): fresh random
+# examples and the local example database, for looking for new failures.
+settings.register_profile("ci", derandomize=True, database=None, print_blob=True)
+settings.register_profile("explore", print_blob=True)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+
+def pytest_report_header(config):
+    name = settings.get_current_profile_name()
+    how = ("derandomize=True: the same examples on every run; rerun the same command to replay a failure"
+           if settings.default.derandomize else "random examples; a failure prints its @reproduce_failure blob")
+    return f"hypothesis profile {name!r}: {how}"
 
 
 @pytest.fixture(scope="session")
@@ -44,3 +68,37 @@ def helm() -> str:
         if candidate and Path(candidate).is_file():
             return candidate
     pytest.fail("helm is not installed: run the tests through `make test`, which installs it into .tools/")
+
+
+# --- no test rewrites a tracked file ------------------------------------------------------
+
+def _is_xdist_worker(config) -> bool:
+    return hasattr(config, "workerinput")
+
+
+def pytest_sessionstart(session):
+    if not _is_xdist_worker(session.config):
+        session.config.stash[_TRACKED] = tracked_digests()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionfinish(session, exitstatus):
+    if _is_xdist_worker(session.config):
+        return
+    before = session.config.stash.get(_TRACKED, None)
+    after = tracked_digests() if before is not None else None
+    if before is None or after is None:
+        return
+    changed = changed_files(before, after)
+    if changed:
+        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+        line = f"tests changed tracked files (tests must write only under tmp_path): {', '.join(changed)}"
+        if reporter is not None:
+            reporter.write("\n")
+            reporter.write_line(line, red=True, bold=True)
+        else:
+            print(line, file=sys.stderr)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+_TRACKED = pytest.StashKey[dict]()

@@ -26,3 +26,18 @@ def write(tmp_path: Path, text: str, name: str = "cluster.yaml") -> Path:
     path = tmp_path / name
     path.write_text(text, encoding="utf-8")
     return path
+
+
+# The summary render.py prints for examples/cluster.yaml (two 310P nodes, one card each, port
+# 25195), written out by hand: HCCL_EXEC_TIMEOUT is 600 s rounded down to a multiple of CANN's
+# 68 s step. tests/test_output_paths.py and the chart's NOTES (tests/test_chart.py) hold to it.
+CLUSTER_SUMMARY = "".join(f"{line}\n" for line in (
+    "torchdag job bladetrain: 2 node(s), world size 2, backend gloo"
+    " (auto: HCCL on ascend310p works within one server only, so gloo across nodes)",
+    "master: 192.168.110.22 (rank 0) at 192.168.110.22:25195",
+    "gang scheduling: none; whole-job restarts: 0",
+    "HCCL_EXEC_TIMEOUT: 544 s (timeouts.processGroup 600 s, as CANN reads it: a multiple of 68, at most 17340)",
+    "rank  node            address         nic         accelerator  devices  template",
+    "   0  192.168.110.22  192.168.110.22  enp11s0f0   ascend310p   1        ascend310p-x1",
+    "   1  192.168.110.23  192.168.110.23  enp125s0f0  ascend310p   1        ascend310p-x1",
+))

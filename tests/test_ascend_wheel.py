@@ -17,6 +17,7 @@ render.py (the runner reads a rendered Workflow without rendering it).
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -182,3 +183,22 @@ def test_rendered_mixed_ascend_cpu_job_runs_on_cpu(tmp_path):
     assert "preflight --device=npu -> --device=cpu" in out
     assert "[trainer] done: 5 steps" in out, tail(out)
     assert "result: every task exited 0" in out
+
+
+def test_the_trainer_turns_autoload_off_itself_unless_told_otherwise(tmp_path):
+    """docs/trainer.md, TORCH_DEVICE_BACKEND_AUTOLOAD: the trainer sets it to 0 before `import
+    torch` unless it is set, so it starts beside the real wheel even when launched without
+    the Workflow's env; its own guarded `import torch_npu` then degrades to the CPU. A
+    user's explicit 1 wins, and the wheel's crash shows."""
+    ranks = {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "LOCAL_WORLD_SIZE": "1",
+             "MASTER_ADDR": "127.0.0.1", "OMP_NUM_THREADS": "1"}
+    train = [str(ASCEND_PY), str(REPO / "trainer" / "train.py"), "--max-steps", "2", "--metrics-file"]
+    unset = subprocess.run(train + [str(tmp_path / "m.json")], env=dict(ENV, MASTER_PORT=str(free_port()), **ranks),
+                           capture_output=True, text=True, timeout=300)
+    assert unset.returncode == 0, tail(unset.stdout + unset.stderr)
+    assert "[trainer] npu not used (ImportError: libhccl.so" in unset.stdout, tail(unset.stdout)
+    assert json.loads((tmp_path / "m.json").read_text())["device"] == "cpu"
+    explicit = subprocess.run(train + [str(tmp_path / "m2.json")],
+                              env=dict(ENV, MASTER_PORT=str(free_port()), **ranks, **{AUTOLOAD: "1"}),
+                              capture_output=True, text=True, timeout=300)
+    assert explicit.returncode != 0 and CRASH in explicit.stderr, tail(explicit.stdout + explicit.stderr)

@@ -83,6 +83,10 @@ ACCELERATORS = accelerator_kinds()
 SPANNING = {backend: [kind for kind in ACCELERATORS if accelerator(kind)["device"] in rules.get("devices", [])
                       and not (rules.get("cardLimits") and hccl_limit(kind, 2, True))]
             for backend, rules in catalog()["backends"].items() if rules.get("devices")}
+# Kinds a backend spans on one node only, with the Duo card (values_strategy sets ascend.duoCard).
+ONE_NODE = {backend: [kind for kind in ACCELERATORS if accelerator(kind)["device"] in rules.get("devices", [])
+                      and kind not in SPANNING[backend] and not hccl_limit(kind, 1, True)]
+            for backend, rules in catalog()["backends"].items() if rules.get("devices")}
 
 
 # Sections (objects whose keys have defaults). Both renderers refuse a null section (see
@@ -110,6 +114,8 @@ def nodes_strategy(draw, backend: str) -> list[dict]:
         kinds = draw(st.lists(st.sampled_from(ACCELERATORS), min_size=count, max_size=count))
     elif backend in SPANNING:  # e.g. HCCL spans servers on the training series only (catalogue `hccl`)
         kinds = [draw(st.sampled_from(SPANNING[backend]))] * count
+        if ONE_NODE[backend] and draw(st.integers(0, 3)) == 0:
+            kinds = [draw(st.sampled_from(ONE_NODE[backend]))]
     else:  # auto: one kind only
         kinds = [draw(st.sampled_from(ACCELERATORS))] * count
     master = draw(st.one_of(st.none(), st.integers(0, count - 1)))
@@ -224,12 +230,13 @@ def values_strategy(draw) -> dict:
                             priorityClassName=st.one_of(st.just(""), dns_label)),
         "ascend": section(mountDriver=st.booleans(),
                           driverPath=st.sampled_from(["/", "/opt/ascend/driver", "/usr/local/Ascend/driver//", "/d ü"]),
-                          setEnvScript=hostile_text, whitelistDisable=st.booleans()),
+                          setEnvScript=hostile_text, whitelistDisable=st.booleans(), duoCard=st.booleans()),
         "preflight": section(enabled=st.booleans(), command=st.lists(hostile_nonempty, min_size=1, max_size=3),
                              timeout=st.integers(1, 10**4)),
         "scheduling": section(gang=st.sampled_from(["none", "volcano", "kueue", "coscheduling"]),
                               queue=st.one_of(st.just(""), dns_label),
-                              schedulerName=st.one_of(st.just(""), dns_label), timeout=st.integers(1, 86400)),
+                              schedulerName=st.one_of(st.just(""), dns_label), timeout=st.integers(1, 86400),
+                              watchCommand=st.lists(hostile_nonempty, min_size=1, max_size=3)),
         "containerSecurity": section(allowPrivilegeEscalation=st.booleans(), dropAllCapabilities=st.booleans(),
                                      addCapabilities=st.lists(st.sampled_from(["IPC_LOCK", "SYS_PTRACE", "NET_ADMIN"]),
                                                               max_size=2),
@@ -237,6 +244,8 @@ def values_strategy(draw) -> dict:
         "failurePolicy": st.fixed_dictionaries({}, optional={"maxRestarts": st.integers(0, 100),
                                                              "backoffSeconds": st.integers(1, 86400)}),
         "resourceNames": st.dictionaries(st.sampled_from(ACCELERATORS), qualified_name, max_size=2),
+        "automountServiceAccountToken": st.booleans(),
+        "executorServiceAccountName": st.one_of(st.just(""), dns_label, st.just("argo.executor-1")),
         # Chart-only keys: render.py ignores them, and they must not change the Workflow.
         "rbac": section(create=st.just(bool(service_account)), legacyExecutor=st.booleans(),
                         createServiceAccount=st.just(bool(service_account))),
@@ -252,7 +261,15 @@ def values_strategy(draw) -> dict:
         else:
             values[key] = draw(strategy)
     # /dev/shm stays torchdag's while shmSize is set; volumes_strategy never mounts it.
+    if values["nodes"][0].get("accelerator") in ONE_NODE.get(values.get("backend"), []):
+        values["ascend"] = {**(values.get("ascend") or {}), "duoCard": True}  # hccl on one 310P server needs it
     scheduling = values.get("scheduling")
+    if values.get("automountServiceAccountToken") is False:
+        # No token: Argo's executor needs an account of its own, and no gang watch can read the API.
+        if not values.get("executorServiceAccountName"):
+            values["executorServiceAccountName"] = draw(dns_label)
+        if isinstance(scheduling, dict):
+            scheduling["gang"] = "none"
     if isinstance(scheduling, dict) and scheduling.get("gang") == "kueue" and not scheduling.get("queue"):
         scheduling["queue"] = "team-a"  # Kueue needs its LocalQueue (refusal tested in test_gang.py)
     return values
@@ -339,3 +356,56 @@ def test_bad_values_are_rejected_naming_the_field(helm, case, tmp_path):
     assert any(spelling in result.stderr for spelling in helm_spellings(case.field)), (
         f"helm's message does not name {case.field}:\n{result.stderr}"
     )
+
+
+# --- The strategy draws every option ------------------------------------------------------
+
+def schema_options(schema: dict) -> set[str]:
+    """Every option of the values file: top-level keys, the keys of its sections, nodes[]'s keys."""
+    found = set()
+    for key, prop in schema["properties"].items():
+        if "$ref" in prop:
+            prop = schema["$defs"][prop["$ref"].split("/")[-1]]
+        items = prop.get("items") or {}
+        if "$ref" in items:
+            items = schema["$defs"][items["$ref"].split("/")[-1]]
+        if prop.get("type") == "object" and prop.get("properties"):
+            found |= {f"{key}.{sub}" for sub in prop["properties"]}
+        elif key == "nodes":
+            found |= {f"nodes[].{sub}" for sub in items["properties"]}
+        else:
+            found.add(key)
+    return found
+
+
+def drawn_options(values: dict, objects: set[str]) -> set[str]:
+    """The options a values file sets, in schema_options' terms (objects: keys with properties)."""
+    found = set()
+    for key, value in values.items():
+        if key in objects and isinstance(value, dict):
+            found |= {f"{key}.{sub}" for sub in value}
+        elif key == "nodes":
+            found |= {f"nodes[].{sub}" for node in value for sub in node}
+        else:
+            found.add(key)
+    return found
+
+
+def test_the_strategy_draws_every_option_of_the_schema():
+    """An option no example draws is an option whose parity nobody checks: a new key in
+    schema/ must join values_strategy."""
+    from torchdag.values import load_schema
+
+    options = schema_options(load_schema())
+    objects = {option.split(".")[0] for option in options if "." in option and not option.startswith("nodes[]")}
+    seen: set[str] = set()
+
+    @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+    @given(values=values_strategy())
+    def collect(values):
+        seen.update(drawn_options(values, objects))
+
+    collect()
+    assert {"ascend.duoCard", "scheduling.watchCommand", "automountServiceAccountToken",
+            "executorServiceAccountName"} <= options
+    assert sorted(options - seen) == []

@@ -82,11 +82,11 @@ def test_killing_one_node_ends_the_run_naming_it(tmp_path):
     run.wait_for(lambda line: line.startswith("[node-0] [trainer] step 10/"), 90)
     os.kill(pid, signal.SIGKILL)  # the node's torchrun agent; its workers live in other sessions
     killed = time.monotonic()
-    rc = run.finish(60)
+    rc = run.finish(120)
     took = time.monotonic() - killed
     text = run.text
     assert rc == 1, text[-3000:]
-    assert took < 60, took
+    assert took < 15, took  # docs/smoke.md: "within a few seconds (measured: under 1 s)"
     assert "[localrun] node-1 failed first (killed by SIGKILL" in text
     summary = text[text.index("[localrun] summary of "):].splitlines()
     assert summary[1].split()[1:3] == ["node-0", "stopped"], summary

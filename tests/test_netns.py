@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from required import missing, netns_unavailable
 
 from torchdag.localrun import Options, Supervisor, load_workflow, prepare
 
@@ -34,26 +35,12 @@ def _ip(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(["ip", *args], capture_output=True, text=True, timeout=20)
 
 
-def _netns_unavailable() -> str | None:
-    if os.geteuid() != 0:
-        return "network namespaces need root"
-    for tool in ("ip", "unshare"):
-        if shutil.which(tool) is None:
-            return f"{tool} is not installed"
-    probe = f"tdprobe{uuid.uuid4().hex[:6]}"
-    made = _ip("netns", "add", probe)
-    if made.returncode != 0:
-        return f"ip netns add is not permitted here: {made.stderr.strip()}"
-    _ip("netns", "del", probe)
-    return None
-
-
 @pytest.fixture
 def hosts():
     """{hostname: namespace} for two hosts joined by a veth pair; always torn down."""
-    reason = _netns_unavailable()
+    reason = netns_unavailable()
     if reason:
-        pytest.skip(reason)
+        missing(reason)
     tag = uuid.uuid4().hex[:6]
     names = {"node-a": f"td{tag}a", "node-b": f"td{tag}b"}
     created: list[str] = []

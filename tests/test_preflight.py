@@ -9,6 +9,7 @@ import subprocess
 import sys
 
 import pytest
+from required import missing, netns_unavailable
 
 from trainer_helpers import PREFLIGHT, REPO, clean_env, free_port
 
@@ -41,9 +42,9 @@ def test_missing_nic(tmp_path):
 def test_nic_without_ipv4_is_fatal():
     """In a fresh network namespace `lo` exists but is down without an address: exactly
     a NIC that is present and unusable."""
-    probe = subprocess.run(["unshare", "--net", "true"], capture_output=True, text=True)
-    if probe.returncode != 0:
-        pytest.skip(f"cannot create a network namespace here (needs root): {probe.stderr.strip()}")
+    reason = netns_unavailable()
+    if reason:
+        missing(reason)
     r = subprocess.run(["unshare", "--net", sys.executable, str(PREFLIGHT), "--master-addr", "127.0.0.1",
                         "--master-port", "29500", "--node-rank", "0", "--nproc-per-node", "1", "--nic", "lo"],
                        capture_output=True, text=True, env=clean_env(), timeout=60)

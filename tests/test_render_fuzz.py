@@ -49,9 +49,11 @@ from torchdag.cli import main
 from torchdag.pipeline import build
 from torchdag.problems import ValuesError, format_path
 from torchdag.values import load_schema
-from torchdag.yamlread import MAX_ALIAS_COPIES, MAX_DEPTH
 
 LIMIT_S = 10
+# The limits docs/values.md promises, written out (not imported from the code under test).
+DOCUMENTED_DEPTH = 100
+DOCUMENTED_ALIAS_VALUES = 50_000
 
 scalars = st.one_of(st.none(), st.booleans(), st.integers(-5, 70000), st.floats(allow_nan=False, allow_infinity=False),
                     st.text(max_size=12),
@@ -294,14 +296,14 @@ def test_hostile_yaml_is_refused_in_one_line(hazard, tmp_path_factory):
     lines = _lines_for(err, source)
     if kind == "deep":
         depth = len(path) + hazard[2]  # the root mapping and each container on the way, then the value's levels
-        limited = f"{source}: (top level): lists and mappings are nested more than {MAX_DEPTH} levels deep"
-        if depth > MAX_DEPTH:
+        limited = f"{source}: (top level): lists and mappings are nested more than {DOCUMENTED_DEPTH} levels deep"
+        if depth > DOCUMENTED_DEPTH:
             assert len(lines) == 1 and lines[0].startswith(limited), err
         else:
             assert not any(line.startswith(limited) for line in lines) and _names(lines, source, path), err
     elif kind == "bomb":
         aliasing = [line for line in lines if "aliases" in line]
-        if hazard[2] ** hazard[3] > 2 * MAX_ALIAS_COPIES:
+        if hazard[2] ** hazard[3] > 2 * DOCUMENTED_ALIAS_VALUES:
             assert len(lines) == 1 and aliasing and lines[0].startswith(f"{source}: (top level): aliases "), err
         elif size < 1_000:  # well under go-yaml's 99% rule too, whatever the anchors around it
             assert not aliasing, err

@@ -20,6 +20,7 @@ from trainer_helpers import (
     JOB_TIMEOUT,
     REPO,
     TRAIN,
+    alive,
     children,
     clean_env,
     free_port,
@@ -61,8 +62,9 @@ def run_two_nodes(tmp: Path, train_args: list[str], nproc: int = 2, launcher_arg
 
 @pytest.mark.parametrize("legacy", [False, True], ids=["torchrun", "distributed.launch"])
 def test_two_nodes_two_procs_learn_and_agree(tmp_path, legacy):
-    if legacy and importlib.util.find_spec("torch.distributed.launch") is None:
-        pytest.skip("this torch no longer ships torch.distributed.launch")
+    # launcher.type: launch is a supported setting: a torch without the module fails here.
+    assert not legacy or importlib.util.find_spec("torch.distributed.launch") is not None, \
+        "this torch has no torch.distributed.launch, which launcher.type: launch starts"
     metrics, params = tmp_path / "m.json", tmp_path / "params"
     codes = run_two_nodes(tmp_path, ["--type", "example", "--max-steps", "50", "--metrics-file", str(metrics),
                                      "--params-file", str(params)], legacy=legacy,
@@ -144,25 +146,33 @@ def start_two_nodes_until_checkpoint(tmp_path, args, env, ck):
 
 def test_dead_node_fails_fast_then_job_retry_resumes(tmp_path):
     """SIGKILL a whole node (agent and worker: a lost pod). Without restarts
-    the survivor must exit non-zero, well within the process-group timeout
-    (the dead peer's sockets are reset). Re-running the job (what a workflow
-    retry does) resumes from the newest checkpoint and ends at the exact step."""
-    pg_timeout = 20
+    the survivor must exit non-zero at once, not after the process-group
+    timeout (the dead peer's sockets are reset). Re-running the job (what a
+    workflow retry does) resumes from the newest checkpoint and ends at the
+    exact step."""
+    pg_timeout = 120  # far beyond the bounds below: a survivor that waits for it fails them
     env = clean_env(TORCHDAG_PG_TIMEOUT=str(pg_timeout))
     ck = tmp_path / "ck"
     args = ["--max-steps", "3000", "--checkpoint-every", "100", "--log-every", "0", "--checkpoint-dir", str(ck),
             "--metrics-file", str(tmp_path / "m.json")]
     procs = start_two_nodes_until_checkpoint(tmp_path, args, env, ck)
     try:
+        survivors = children(procs[0].pid)
+        assert survivors, output_of(tmp_path)
         kill_node(procs[1])
         killed_at = time.monotonic()
-        # Documented bound (docs/trainer.md): a crashed peer is noticed at once;
-        # at worst the process-group timeout applies.
-        code = procs[0].wait(timeout=pg_timeout + 30)
-        assert time.monotonic() - killed_at < pg_timeout + 30
+        while alive(survivors) and time.monotonic() - killed_at < JOB_TIMEOUT:
+            time.sleep(0.01)
+        ranks_gone = time.monotonic() - killed_at
+        code = procs[0].wait(timeout=JOB_TIMEOUT)
+        agent_gone = time.monotonic() - killed_at
     finally:
         reap(*procs)
     assert code != 0, output_of(tmp_path)
+    # docs/trainer.md: survivors of a crashed peer exit "well under a second" (measured
+    # 0.02-0.6 s); torchrun's own teardown adds 2-3 s. Margins for a busy 2-core machine.
+    assert ranks_gone < 5, (ranks_gone, output_of(tmp_path))
+    assert agent_gone < 20, (agent_gone, output_of(tmp_path))
     lost_at = checkpoint.list_checkpoints(str(ck))[0][0]
     assert lost_at < 3000, "the job finished before the node was killed"
 
@@ -186,15 +196,17 @@ def test_hung_peer_exits_within_pg_timeout(tmp_path):
     try:
         signal_node(procs[1], signal.SIGSTOP)
         stopped_at = time.monotonic()
-        bound = pg_timeout + 30  # docs/trainer.md: PG timeout + teardown
         try:
-            code = procs[0].wait(timeout=bound)
+            code = procs[0].wait(timeout=JOB_TIMEOUT)
         except subprocess.TimeoutExpired:
-            pytest.fail(f"survivor still running {bound}s after its peer hung:\n{output_of(tmp_path)}")
-        assert time.monotonic() - stopped_at < bound
+            pytest.fail(f"survivor still running {JOB_TIMEOUT}s after its peer hung:\n{output_of(tmp_path)}")
+        took = time.monotonic() - stopped_at
     finally:
         reap(*procs)
     assert code != 0
+    # docs/trainer.md: TORCHDAG_PG_TIMEOUT + about 0.5 s (5.4 s measured for 5), then
+    # torchrun's teardown; it waited for the timeout (a hang gives no earlier sign).
+    assert pg_timeout <= took < pg_timeout + 15, (took, output_of(tmp_path))
     assert "rank 0 failed" in output(procs[0]), output_of(tmp_path)
 
 

@@ -72,7 +72,7 @@ def test_sigterm_to_one_node_saves_the_agreed_step_and_the_retry_resumes(tmp_pat
         assert len(workers) >= 2, "a node has no worker"
         os.kill(procs[1].pid, signal.SIGTERM)
         signalled = time.monotonic()
-        codes = wait_all(procs, GRACE)
+        codes = wait_all(procs, JOB_TIMEOUT)
         took = time.monotonic() - signalled
         assert alive(workers) == [], "workers outlived their torchrun"
     finally:
