@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import ast
+import re
 import subprocess
 from pathlib import Path
 
@@ -49,3 +51,25 @@ def render_py_workflow(values: Path | str) -> dict:
     from torchdag.pipeline import build
 
     return argo_document(build(values))
+
+
+def helm_spellings(field: str) -> list[str]:
+    """How helm's schema errors can name a field render.py calls e.g. `nodes[2].nic`:
+    as a JSON pointer (`at '/nodes/2/nic'`), or, for errors about a key (unknown, missing,
+    bad name), as the enclosing object plus the quoted key (`at '/nodes/2': ... 'nic'`).
+    For a bad key name (propertyNames) helm v4 reports the location as '' whatever the
+    object, so there only `invalid propertyName 'KEY'` names it."""
+    # render.py writes plain keys as `.key`, indexes as `[2]` and other keys as `['a b']`
+    parts = [plain or index or ast.literal_eval(quoted)
+             for plain, index,
+             quoted in re.findall(r"\.?([A-Za-z_][A-Za-z0-9_-]*)|\[(\d+)\]|\[('(?:[^'\\]|\\.)*')\]", field)]
+    pointer = "/" + "/".join(parts)
+    parent = "/" + "/".join(parts[:-1]) if len(parts) > 1 else ""
+    key = parts[-1]
+    return [
+        field,
+        f"at '{pointer}'",
+        f"at '{parent}': additional properties '{key}' not allowed",
+        f"at '{parent}': missing property '{key}'",
+        f"invalid propertyName '{key}'",
+    ]

@@ -3,7 +3,6 @@ and render.py produce the same Workflow spec, and reject the same bad input."""
 
 from __future__ import annotations
 
-import ast
 import ipaddress
 import re
 import tempfile
@@ -15,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from bad_cases import BAD_CASES
-from chart_helpers import RELEASE, REPO, VALUES_FILES, argo_document, helm_template
+from chart_helpers import RELEASE, REPO, VALUES_FILES, argo_document, helm_spellings, helm_template
 from torchdag.catalog import accelerator, accelerator_kinds, catalog, hccl_limit
 from torchdag.validate import BUILTIN_VOLUMES, RESERVED_ENV
 
@@ -317,28 +316,6 @@ def test_null_without_meaning_is_refused_by_both(helm, line, tmp_path):
 
 # --- Rejection parity ----------------------------------------------------------------------
 
-
-
-def helm_spellings(field: str) -> list[str]:
-    """How helm's schema errors can name a field render.py calls e.g. `nodes[2].nic`:
-    as a JSON pointer (`at '/nodes/2/nic'`), or, for errors about a key (unknown, missing,
-    bad name), as the enclosing object plus the quoted key (`at '/nodes/2': ... 'nic'`).
-    For a bad key name (propertyNames) helm v4 reports the location as '' whatever the
-    object, so there only `invalid propertyName 'KEY'` names it."""
-    # render.py writes plain keys as `.key`, indexes as `[2]` and other keys as `['a b']`
-    parts = [plain or index or ast.literal_eval(quoted)
-             for plain, index,
-             quoted in re.findall(r"\.?([A-Za-z_][A-Za-z0-9_-]*)|\[(\d+)\]|\[('(?:[^'\\]|\\.)*')\]", field)]
-    pointer = "/" + "/".join(parts)
-    parent = "/" + "/".join(parts[:-1]) if len(parts) > 1 else ""
-    key = parts[-1]
-    return [
-        field,
-        f"at '{pointer}'",
-        f"at '{parent}': additional properties '{key}' not allowed",
-        f"at '{parent}': missing property '{key}'",
-        f"invalid propertyName '{key}'",
-    ]
 
 
 def test_helm_spellings_of_a_field():

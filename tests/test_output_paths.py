@@ -222,3 +222,16 @@ def test_summary_on_a_full_disk_is_one_line():
     with open("/dev/full", "w") as full:
         done = render_py(str(EXAMPLE), "--summary", stdout=full, stderr=subprocess.PIPE, capture_output=False)
     assert done.returncode == 1 and done.stderr == "render.py: cannot write stdout: No space left on device\n"
+
+
+@pytest.mark.parametrize("target", ["is-a-dir", "under-a-file/workflow.yaml"])
+def test_unwritable_output_is_one_line_not_a_traceback(target, tmp_path):
+    (tmp_path / "is-a-dir").mkdir()
+    (tmp_path / "under-a-file").write_text("a file, not a folder\n")
+    out = tmp_path / target
+    result = subprocess.run([sys.executable, str(REPO / "render.py"), str(EXAMPLE), "-o", str(out)],
+                            capture_output=True, text=True)
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert result.stderr.startswith(f"render.py: cannot write {out}: ") and len(result.stderr.splitlines()) == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["is-a-dir", "under-a-file"]
+    assert not list((tmp_path / "is-a-dir").iterdir())

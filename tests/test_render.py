@@ -379,19 +379,6 @@ def test_plain_scalars_read_as_helm_reads_them(tmp_path):
     assert doc["spec"]["volumes"][0]["emptyDir"]["sizeLimit"] == "1000"
 
 
-@pytest.mark.parametrize("target", ["is-a-dir", "under-a-file/workflow.yaml"])
-def test_unwritable_output_is_one_line_not_a_traceback(target, tmp_path):
-    (tmp_path / "is-a-dir").mkdir()
-    (tmp_path / "under-a-file").write_text("a file, not a folder\n")
-    out = tmp_path / target
-    result = subprocess.run([*RENDER_PY, str(REPO / "examples" / "cluster.yaml"), "-o", str(out)],
-                            capture_output=True, text=True)
-    assert result.returncode == 1 and "Traceback" not in result.stderr
-    assert result.stderr.startswith(f"render.py: cannot write {out}: ") and len(result.stderr.splitlines()) == 1
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["is-a-dir", "under-a-file"]
-    assert not list((tmp_path / "is-a-dir").iterdir())
-
-
 @pytest.mark.parametrize("values", [v for v, _ in PAIRS], ids=PAIR_IDS)
 def test_the_file_starts_with_every_nodes_rank_name_and_nic(values):
     """A reviewer reads the table first: one row per node, in rank order."""

@@ -18,7 +18,7 @@ import yaml
 from argo_helpers import container_process, task_pods
 from bad_cases import BASE
 from chart_helpers import argo_document, helm_template
-from torchdag.cli import build
+from torchdag.pipeline import build
 from torchdag.problems import ValuesError
 
 ARG_LIMIT = 131_071  # bytes of one argument or one NAME=value environment string

@@ -19,7 +19,6 @@ from trainer.device import DeviceError, resolve
 from trainer_helpers import (
     JOB_TIMEOUT,
     REPO,
-    TRAIN,
     alive,
     children,
     clean_env,
@@ -30,6 +29,7 @@ from trainer_helpers import (
     output_of,
     read_json,
     reap,
+    run_direct,
     run_nodes,
     signal_node,
     start,
@@ -271,30 +271,6 @@ def test_scatter_reduce_detects_a_wrong_chunk(tmp_path):
 
 
 # ------------------------------------------------- launch env and CLI errors
-
-def run_direct(args: list[str], env: dict[str, str], timeout: float = 60) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(TRAIN), *args], env=env, capture_output=True, text=True,
-                          timeout=timeout)
-
-
-def test_without_launcher_env_clear_error():
-    r = run_direct(["--max-steps", "1"], clean_env())
-    assert r.returncode == 2
-    assert "missing launcher environment: RANK, LOCAL_RANK, WORLD_SIZE" in r.stderr
-    assert "torchrun" in r.stderr and "KeyError" not in r.stderr
-
-
-def test_inconsistent_launcher_env_clear_error():
-    env = clean_env(RANK="3", LOCAL_RANK="0", WORLD_SIZE="2", LOCAL_WORLD_SIZE="1", MASTER_ADDR="127.0.0.1",
-                    MASTER_PORT=str(free_port()))
-    r = run_direct(["--max-steps", "1"], env)
-    assert r.returncode == 2 and "RANK=3 not in [0, WORLD_SIZE=2)" in r.stderr, r.stderr
-
-
-def test_unknown_argument_rejected():
-    r = run_direct(["--max-step", "5"], clean_env())  # typo of --max-steps must not pass silently
-    assert r.returncode == 2 and "unrecognized arguments: --max-step" in r.stderr
-
 
 def test_ranks_from_env_rules():
     base = dict(RANK="1", WORLD_SIZE="4", LOCAL_WORLD_SIZE="2", MASTER_ADDR="h", MASTER_PORT="29500")

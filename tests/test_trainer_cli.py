@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from trainer_helpers import ROOT, full_output_of, output_of, read_json, run_ranks
+from helpers import free_port
+from trainer_helpers import REPO, clean_env, full_output_of, output_of, read_json, run_direct, run_ranks
 
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(REPO))
 
 from trainer import checkpoint
 from trainer.config import LaunchError, parse_config
@@ -125,3 +126,22 @@ def test_epochs_steps_log_every_and_seed(tmp_path):
     other_seed = run_one(tmp_path, "seed", small + ["--epochs", "1", "--max-steps", "100", "--seed", "4"])
     assert other_seed["metrics"]["steps"] == 16  # one epoch ends first
     assert other_seed["metrics"]["first_loss"] != two_epochs["metrics"]["first_loss"]
+
+
+def test_without_launcher_env_clear_error():
+    r = run_direct(["--max-steps", "1"], clean_env())
+    assert r.returncode == 2
+    assert "missing launcher environment: RANK, LOCAL_RANK, WORLD_SIZE" in r.stderr
+    assert "torchrun" in r.stderr and "KeyError" not in r.stderr
+
+
+def test_inconsistent_launcher_env_clear_error():
+    env = clean_env(RANK="3", LOCAL_RANK="0", WORLD_SIZE="2", LOCAL_WORLD_SIZE="1", MASTER_ADDR="127.0.0.1",
+                    MASTER_PORT=str(free_port()))
+    r = run_direct(["--max-steps", "1"], env)
+    assert r.returncode == 2 and "RANK=3 not in [0, WORLD_SIZE=2)" in r.stderr, r.stderr
+
+
+def test_unknown_argument_rejected():
+    r = run_direct(["--max-step", "5"], clean_env())  # typo of --max-steps must not pass silently
+    assert r.returncode == 2 and "unrecognized arguments: --max-step" in r.stderr

@@ -19,7 +19,7 @@ import torch.distributed as dist
 
 from trainer_helpers import (
     JOB_TIMEOUT,
-    ROOT,
+    REPO,
     TRAIN,
     alive,
     children,
@@ -37,7 +37,7 @@ from trainer_helpers import (
     wait_all,
 )
 
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(REPO))
 
 from trainer import checkpoint
 
@@ -233,7 +233,7 @@ def test_a_stop_signal_before_the_first_step_has_its_default_action(tmp_path):
             command = [
                 sys.executable,
                 "-c",
-                HELD_BEFORE_THE_LOOP.format(root=str(ROOT), train=str(TRAIN)),
+                HELD_BEFORE_THE_LOOP.format(root=str(REPO), train=str(TRAIN)),
                 "--max-steps",
                 "50",
                 "--checkpoint-dir",
@@ -290,7 +290,7 @@ def test_stop_agreement_of_the_nccl_path_across_two_ranks(tmp_path):
         for rank in range(2):
             env = clean_env(RANK=str(rank), STORE_FILE=str(tmp_path / "store"))
             procs.append(
-                start([sys.executable, "-c", AGREEMENT.format(root=str(ROOT))], tmp_path / f"rank{rank}.log", env)
+                start([sys.executable, "-c", AGREEMENT.format(root=str(REPO))], tmp_path / f"rank{rank}.log", env)
             )
         assert wait_all(procs, JOB_TIMEOUT) == [0, 0], output_of(tmp_path)
     finally:

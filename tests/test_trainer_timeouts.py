@@ -15,7 +15,7 @@ from pathlib import Path
 
 from trainer_helpers import (
     JOB_TIMEOUT,
-    ROOT,
+    REPO,
     TRAIN,
     children,
     clean_env,
@@ -30,7 +30,7 @@ from trainer_helpers import (
     wait_all,
 )
 
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(REPO))
 
 from trainer import checkpoint
 

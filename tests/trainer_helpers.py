@@ -208,3 +208,8 @@ def run_ranks(tmp: Path, train_args: list[str], world: int = 1, env=None) -> lis
         return wait_all(procs, JOB_TIMEOUT)
     finally:
         reap(*procs)
+
+
+def run_direct(args: list[str], env: dict[str, str], timeout: float = 60) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(TRAIN), *args], env=env, capture_output=True, text=True,
+                          timeout=timeout)

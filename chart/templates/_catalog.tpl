@@ -486,11 +486,11 @@ The catalogue as JSON; read it with `include "torchdag.catalog" . | fromJson`. *
     "LOCAL_WORLD_SIZE"
   ],
   "limits": {
-    "annotationBytes": 262144,
+    "annotationBytes": 258048,
     "argBytes": 131071
   },
   "messages": {
-    "annotations-too-large": "hold {bytes} bytes; Kubernetes allows {limit} bytes of annotations per object",
+    "annotations-too-large": "hold {bytes} bytes; at most {limit} fit: Kubernetes allows 262144 bytes of annotations per object, and Argo and the gang scheduler add their own to the Workflow and to every pod",
     "arg-too-long": "is {bytes} bytes; Linux refuses a single argument over {limit} bytes (MAX_ARG_STRLEN)",
     "chart-placeholder": "is required: values.yaml holds only a placeholder ({placeholder}); set it in your values file (helm install NAME chart -f cluster.yaml)",
     "env-too-long": "is {bytes} bytes; Linux refuses an environment string over {limit} bytes (MAX_ARG_STRLEN)",
