@@ -92,8 +92,8 @@ TRAINER = {
     "0": [T + "test_two_nodes_two_procs_learn_and_agree"],
     "1": [T + "test_hung_peer_exits_within_pg_timeout", T + "test_scatter_reduce_detects_a_wrong_chunk"],
     "2": [
-        T + "test_without_launcher_env_clear_error",
-        T + "test_unknown_argument_rejected",
+        C + "test_without_launcher_env_clear_error",
+        C + "test_unknown_argument_rejected",
         R + "test_no_readable_checkpoint_is_an_error_unless_told_to_start_over",
     ],
     "75": [
@@ -102,8 +102,8 @@ TRAINER = {
     ],
     # --- environment
     "`RANK`, `LOCAL_RANK`, `WORLD_SIZE`, `LOCAL_WORLD_SIZE`, `MASTER_ADDR`, `MASTER_PORT`": [
-        T + "test_without_launcher_env_clear_error",
-        T + "test_inconsistent_launcher_env_clear_error",
+        C + "test_without_launcher_env_clear_error",
+        C + "test_inconsistent_launcher_env_clear_error",
         T + "test_ranks_from_env_rules",
     ],
     "`TORCHDAG_DEVICE`": [
