@@ -201,8 +201,9 @@ $(BENCH_VENV)/.installed: requirements-bench.txt
 	$(BENCH_VENV)/bin/python -m pip install --quiet --disable-pip-version-check -r requirements-bench.txt
 	touch $@
 
-bench: $(VENV_STAMP) $(HELM) $(BENCH_VENV)/.installed ## render, helm and TorchX side by side; trainer overhead (numbers, not pass/fail)
+bench: $(VENV_STAMP) $(HELM) $(BENCH_VENV)/.installed ## render, helm and TorchX side by side; Argo's status per pod; trainer overhead (numbers, not pass/fail)
 	HELM=$(abspath $(HELM)) $(PY) bench/bench_render.py
+	$(PY) bench/bench_status.py
 	$(PY) bench/bench_trainer.py
 
 lint: $(FAST_STAMP) ## ruff (pyproject.toml) on the Python, yamllint on the golden Workflows (what users review)

@@ -226,7 +226,7 @@ def values_strategy(draw) -> dict:
         "workflow": section(ttlSecondsAfterFinished=st.integers(0, 10**7),
                             podGC=st.sampled_from(["", "OnPodCompletion", "OnPodSuccess", "OnWorkflowCompletion",
                                                    "OnWorkflowSuccess"]),
-                            priorityClassName=st.one_of(st.just(""), dns_label)),
+                            priorityClassName=st.one_of(st.just(""), dns_label), nodeStatusOffload=st.booleans()),
         "ascend": section(mountDriver=st.booleans(),
                           driverPath=st.sampled_from(["/", "/opt/ascend/driver", "/usr/local/Ascend/driver//", "/d ü"]),
                           setEnvScript=hostile_text, whitelistDisable=st.booleans(), duoCard=st.booleans()),
