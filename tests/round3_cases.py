@@ -29,3 +29,14 @@ ROUND3_CASES = [
     _case("name-equal-to-other-nodes-address", "nodes[1].address", "also the address of nodes[0]",
           _all(_set("nodes.0.address", "10.30.0.2"), _set("nodes.1.name", "10.30.0.2"))),
 ]
+
+ROUND3_CASES += [
+    # Item 9: the ServiceAccount the chart creates must be named; rbac.create binds
+    # serviceAccountName only while the pods mount a token (else the executor's account).
+    _case("create-service-account-without-name", "serviceAccountName", "must be set when rbac.createServiceAccount",
+          _all(_set("rbac", {"createServiceAccount": True}), _set("automountServiceAccountToken", False),
+               _set("executorServiceAccountName", "argo-executor"))),
+    _case("rbac-create-with-executor-account-but-token-mounted", "serviceAccountName",
+          "or rbac.create while the pods mount a token",
+          _all(_set("rbac", {"create": True}), _set("executorServiceAccountName", "argo-executor"))),
+]

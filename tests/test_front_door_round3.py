@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import pytest
 from round3_cases import ROUND3_CASES
+from test_chart_parity import assert_same_workflow  # the comparison, not its tests
 
-from chart_helpers import argo_document, helm_spellings, helm_template
+from chart_helpers import argo_document, documents, helm_spellings, helm_template
 from torchdag.cli import main
 
 
@@ -83,3 +84,35 @@ def test_a_valid_quad_keeps_hccl_if_ip_in_both(helm, tmp_path):
         tasks = {task["name"]: task for task in workflow["spec"]["templates"][0]["dag"]["tasks"]}
         assert {p["name"]: p["value"] for p in tasks["node-0"]["arguments"]["parameters"]}["if-ip"] == "10.30.0.2"
         assert "HCCL_IF_IP" in str(workflow["spec"]["templates"])
+
+
+# --- item 9: the chart's RBAC --------------------------------------------------------------
+
+RBAC_BASE = "name: t\nimage: i\nscript: /t.py\nnodes: [{name: a}]\nrbac: {create: true}\n"
+
+
+@pytest.mark.parametrize("extra, subjects", [
+    ("automountServiceAccountToken: false\nexecutorServiceAccountName: argo-exec\n", ["argo-exec"]),
+    ("serviceAccountName: trainer\nexecutorServiceAccountName: argo-exec\n", ["argo-exec", "trainer"]),
+    ("serviceAccountName: trainer\n", ["trainer"]),
+])
+def test_the_role_binding_names_the_accounts_that_call_the_api(helm, extra, subjects, tmp_path):
+    """Both renderers accept these with the same spec; the RoleBinding names the executor's
+    account when there is one, and the pods' account while they mount a token."""
+    values = tmp_path / "values.yaml"
+    values.write_text(RBAC_BASE + extra, encoding="utf-8")
+    assert_same_workflow(helm, values)
+    result = helm_template(helm, values)
+    binding = next(doc for doc in documents(result.stdout) if doc["kind"] == "RoleBinding")
+    assert [subject["name"] for subject in binding["subjects"]] == subjects
+
+
+def test_the_executor_account_is_rendered_with_the_token_mounted_too(tmp_path):
+    """Argo reads spec.executor.serviceAccountName whatever automountServiceAccountToken says:
+    an account the user names is never dropped."""
+    from torchdag.pipeline import build
+
+    values = tmp_path / "values.yaml"
+    values.write_text(RBAC_BASE + "serviceAccountName: trainer\nexecutorServiceAccountName: argo-exec\n")
+    spec = argo_document(build(values))["spec"]
+    assert spec["executor"] == {"serviceAccountName": "argo-exec"} and "automountServiceAccountToken" not in spec
