@@ -1,18 +1,18 @@
 """Issue 18 (the front door, round 3), items 8-11: what both renderers refuse, one line
 naming the field (render.py) or an error at the field (helm), and what both accept the same
-way. The cases are in tests/round3_cases.py."""
+way. The cases are in tests/fit_cases.py."""
 
 from __future__ import annotations
 
 import pytest
-from round3_cases import ROUND3_CASES
+from fit_cases import FIT_CASES
 from test_chart_parity import assert_same_workflow  # the comparison, not its tests
 
 from chart_helpers import argo_document, documents, helm_spellings, helm_template
 from torchdag.cli import main
 
 
-@pytest.mark.parametrize("case", ROUND3_CASES, ids=str)
+@pytest.mark.parametrize("case", FIT_CASES, ids=str)
 def test_render_py_refuses_naming_the_field(case, tmp_path, capsys):
     values = tmp_path / "cluster.yaml"
     values.write_text(case.text, encoding="utf-8")
@@ -24,7 +24,7 @@ def test_render_py_refuses_naming_the_field(case, tmp_path, capsys):
     assert not out.parent.exists()
 
 
-@pytest.mark.parametrize("case", ROUND3_CASES, ids=str)
+@pytest.mark.parametrize("case", FIT_CASES, ids=str)
 def test_helm_refuses_naming_the_field(helm, case, tmp_path):
     path = tmp_path / "values.yaml"
     path.write_text(case.text, encoding="utf-8")

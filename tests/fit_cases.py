@@ -1,5 +1,5 @@
 """Invalid values files of issue 18's items 8-11 (addresses, RBAC, ports, timeouts), run
-through both renderers by tests/test_front_door_round3.py. The same shape as
+through both renderers by tests/test_front_door_fit.py. The same shape as
 tests/bad_cases.py (a whole file, the field render.py names, a fragment of its message),
 kept apart so the two lists grow without touching each other."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from bad_cases import _all, _case, _set
 
-ROUND3_CASES = [
+FIT_CASES = [
     # Item 10: names of numbers only are IPv4 addresses to the C resolver (inet_aton): each
     # must be one in canonical form, or the node silently loses HCCL_IF_IP.
     _case("address-quad-out-of-range", "nodes[0].address", "'10.30.0.256' is made of numbers only",
@@ -30,7 +30,7 @@ ROUND3_CASES = [
           _all(_set("nodes.0.address", "10.30.0.2"), _set("nodes.1.name", "10.30.0.2"))),
 ]
 
-ROUND3_CASES += [
+FIT_CASES += [
     # Item 9: the ServiceAccount the chart creates must be named; rbac.create binds
     # serviceAccountName only while the pods mount a token (else the executor's account).
     _case("create-service-account-without-name", "serviceAccountName", "must be set when rbac.createServiceAccount",
