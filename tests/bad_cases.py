@@ -188,6 +188,15 @@ BAD_CASES = [
           _set("launcher", {"extraArgs": ["--monitor_interval=1", "--node-rank=0"]})),
     _case("label-in-torchdag-prefix", "labels['torchdag.io/job']", "the torchdag.io/ prefix is torchdag's own",
           _set("labels", {"torchdag.io/job": "other"})),
+    # Issue 18: Argo's own keys, on the Workflow and its pods (podMetadata)
+    _case("label-in-argo-prefix", "labels['workflows.argoproj.io/completed']", "prefix is Argo's own",
+          _set("labels", {"workflows.argoproj.io/completed": "true"})),
+    _case("label-argo-controller-instance", "labels['workflows.argoproj.io/controller-instanceid']",
+          "prefix is Argo's own", _set("labels", {"team": "a", "workflows.argoproj.io/controller-instanceid": "x"})),
+    _case("annotation-in-argo-prefix", "annotations['workflows.argoproj.io/node-name']", "prefix is Argo's own",
+          _set("annotations", {"workflows.argoproj.io/node-name": "x"})),
+    _case("annotation-in-argo-subdomain", "annotations['pod.workflows.argoproj.io/x']", "prefix is Argo's own",
+          _set("annotations", {"pod.workflows.argoproj.io/x": "y"})),
     _case("reserved-env-autoload", "env.TORCH_DEVICE_BACKEND_AUTOLOAD", "is set by torchdag itself",
           _set("env", {"TORCH_DEVICE_BACKEND_AUTOLOAD": "1"})),
     # written as a double-quoted escape: a raw NEL would be read as a line break by both
