@@ -222,7 +222,7 @@ BAD_CASES = [
           _set("scheduling", {"gang": "kueue"})),
     # Rules the schema states (x-rule): render.py words them, helm names the field
     _case("rbac-create-without-service-account", "serviceAccountName",
-          "must be set when rbac.create or rbac.createServiceAccount is true",
+          "or rbac.create while the pods mount a token",
           _set("rbac", {"create": True})),
     _case("executor-token-without-account", "executorServiceAccountName",
           "must be set when automountServiceAccountToken is false",
