@@ -7,6 +7,8 @@ master's name is tests/test_preflight_dns.py."""
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 
 import kubernetes_validate
 import pytest
@@ -15,6 +17,7 @@ import yaml
 from argo_helpers import KUBERNETES_VERSION, container_process, task_pods, validate_argo, validate_kubernetes
 from chart_helpers import documents, helm_template
 from helpers import REPO
+from localrun_helpers import ENV, free_port
 from torchdag.pipeline import build, run
 
 CASES = REPO / "tests" / "cases"
@@ -172,3 +175,37 @@ def test_the_charts_role_may_apply_the_service_only_on_the_pod_network(helm, tmp
     (role,) = [doc for doc in documents(result.stdout) if doc["kind"] == "Role"]
     rule = {"apiGroups": [""], "resources": ["services"], "verbs": ["get", "create", "patch"]}
     assert (rule in role["rules"]) is grants
+
+
+# --- make smoke: the pod network mapped onto this machine -------------------------------------
+
+def smoke_values(tmp_path) -> str:
+    """The mixed pod-network case, short: 20 steps."""
+    path = tmp_path / "podmix.yaml"
+    script = "script: /opt/torchdag/trainer/train.py\n"
+    text = (CASES / "pod-mixed-restricted.yaml").read_text()
+    path.write_text(text.replace(script, script + 'args: ["--max-steps", "20"]\n'))
+    return str(path)
+
+
+def test_the_local_runner_skips_the_service_and_maps_names_and_the_pod_ip(tmp_path):
+    done = subprocess.run([sys.executable, "-m", "torchdag.localrun", smoke_values(tmp_path), "--cpu", "--dry-run"],
+                          cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    out = done.stdout
+    assert "[localrun] ignored: task service (creates the run's headless Service: every pod name is 127.0.0.1 here)" \
+        in out
+    assert "[localrun] node-0: env HCCL_IF_IP: the pod's IP (status.podIP) -> 127.0.0.1" in out
+    assert re.search(r"node-1: master address node-0\.podmix-\w+\.ml\.svc\.corp\.example -> 127\.0\.0\.1", out)
+
+
+@pytest.mark.torch  # a real torchrun job
+def test_a_pod_network_job_trains_to_the_end_locally(tmp_path):
+    port = free_port()
+    done = subprocess.run([sys.executable, "-m", "torchdag.localrun", smoke_values(tmp_path), "--cpu", "--port",
+                           str(port), "--timeout", "200"], cwd=REPO, capture_output=True, text=True, timeout=240,
+                          env=ENV)
+    out = done.stdout + done.stderr
+    assert done.returncode == 0, out[-3000:]
+    assert "[node-0] preflight: ok: master name 127.0.0.1 resolves to 127.0.0.1" in out
+    assert "[node-0] [trainer] done: 20 steps" in out and "[localrun] result: every task exited 0" in out
