@@ -8,6 +8,7 @@ import re
 import tempfile
 from pathlib import Path
 
+import network_strategy
 import pytest
 import yaml
 from hypothesis import HealthCheck, given, settings
@@ -92,7 +93,7 @@ ONE_NODE = {backend: [kind for kind in ACCELERATORS if accelerator(kind)["device
 # Sections (objects whose keys have defaults). Both renderers refuse a null section (see
 # test_null_without_meaning_is_refused_by_both), so the strategy never draws one.
 SECTIONS = ("launcher", "timeouts", "workflow", "ascend", "preflight", "rbac", "scheduling", "failurePolicy",
-            "containerSecurity")
+            "containerSecurity", "network")
 # Keys whose absence means "off" (schema x-null): a null there is valid and deletes the default
 # (failurePolicy's maxRestarts is not one: its strategy draws no null).
 NULLABLE = {"rendezvous", "processGroup", "hcclConnect", "workflowDeadline", "ttlSecondsAfterFinished", "maxRestarts"}
@@ -217,6 +218,8 @@ def values_strategy(draw) -> dict:
         "labels": label_map,
         "annotations": annotation_map,
         "hostNetwork": st.booleans(),
+        "network": network_strategy.network(section),
+        "podSecurity": network_strategy.POD_SECURITY,
         "shmSize": st.one_of(quantity, st.just("")),
         "securityContext": security_context,
         "volumes": volumes_strategy(),
@@ -273,6 +276,7 @@ def values_strategy(draw) -> dict:
             scheduling["gang"] = "none"
     if isinstance(scheduling, dict) and scheduling.get("gang") == "kueue" and not scheduling.get("queue"):
         scheduling["queue"] = "team-a"  # Kueue needs its LocalQueue (refusal tested in test_gang.py)
+    network_strategy.fit(values)
     return values
 
 

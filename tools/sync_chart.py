@@ -300,7 +300,7 @@ def _any_prefix(flag: str) -> str:
 def generated_definitions(schema: dict) -> dict[str, dict]:
     """The schema's `$defs` that come from the catalogue and from the schema's defaults: the
     rules they carry (env-reserved, launcher-planned-flag, volume-builtin-name,
-    null-deletes-default) are then enforced by both renderers."""
+    null-deletes-default, pod-security-ascend-driver) are then enforced by both renderers."""
     sys.path.insert(0, str(REPO))
     from torchdag import catalog
 
@@ -313,6 +313,7 @@ def generated_definitions(schema: dict) -> dict[str, dict]:
         "reservedEnvName": {"enum": catalog.reserved_env()},
         "plannedLauncherFlag": {"pattern": f"^--({flags})(=[\\s\\S]*)?$"},
         "builtinVolumeName": {"enum": catalog.builtin_volumes()},
+        "ascendKind": {"enum": [kind for kind in catalog.accelerator_kinds() if catalog.is_ascend(kind)]},
         "nullRefused": null_refused(schema, catalog.catalog()["nullMessage"]),
     }
 
