@@ -28,7 +28,6 @@ class NodeKeeper:
         self.say = say
         self.pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="heartbeat")
         self.info: dict[str, dict] = {}  # node -> its object as last read
-        self.ready_since: dict[str, str] = {}
         self._stop = threading.Event()
 
     def address(self, node: str) -> str:
@@ -54,14 +53,21 @@ class NodeKeeper:
         return missing
 
     def post_status(self, node: str) -> None:
+        """The Ready condition and the pressure conditions, with a fresh heartbeat (strategic
+        merge by condition type: the rest of the Node's status stays as registered)."""
         stamp = now()
-        self.ready_since.setdefault(node, stamp)
-        status: dict = {"conditions": [{
-            "type": "Ready", "status": "True", "reason": "KubeletReady",
-            "message": "torchdag process kubelet is posting ready status",
-            "lastHeartbeatTime": stamp, "lastTransitionTime": self.ready_since[node]}],
-            "nodeInfo": {"kubeletVersion": "torchdag-process-kubelet", "operatingSystem": "linux",
-                         "architecture": "amd64", "containerRuntimeVersion": "process://local"}}
+        known = {c.get("type"): c for c in ((self.info.get(node) or {}).get("status") or {}).get("conditions") or []}
+        conditions = []
+        for kind, value, reason, message in (
+                ("MemoryPressure", "False", "KubeletHasSufficientMemory", "kubelet has sufficient memory available"),
+                ("DiskPressure", "False", "KubeletHasNoDiskPressure", "kubelet has no disk pressure"),
+                ("PIDPressure", "False", "KubeletHasSufficientPID", "kubelet has sufficient PID available"),
+                ("Ready", "True", "KubeletReady", "torchdag process kubelet is posting ready status")):
+            old = known.get(kind) or {}
+            since = old.get("lastTransitionTime") if old.get("status") == value else stamp
+            conditions.append({"type": kind, "status": value, "reason": reason, "message": message,
+                               "lastHeartbeatTime": stamp, "lastTransitionTime": since or stamp})
+        status: dict = {"conditions": conditions}
         if not ((self.info.get(node) or {}).get("status") or {}).get("addresses"):
             status["addresses"] = [{"type": "InternalIP", "address": "127.0.0.1"},
                                    {"type": "Hostname", "address": node}]
