@@ -9,11 +9,11 @@ import copy
 import pytest
 from kubelet_helpers import argo_pod
 
-from helpers import EXAMPLES_DIR
+from helpers import EXAMPLES, EXAMPLES_DIR
 from torchdag.kubelet.translate import PodContext, PodError, plan_container, plan_pod, unwrap_emissary
 from torchdag.localrun.load import load_workflow
 from torchdag.localrun.mapping import CHECKOUT
-from torchdag.localrun.prepare import Options, prepare
+from torchdag.localrun.prepare import Options, _prepare_tasks, gang_task, workflow_scope
 
 WORKFLOW = "local-smoke-abcde"
 
@@ -49,18 +49,30 @@ def test_emissary_unwrapped_and_mapped_as_smoke(local_doc):
     assert next(m for m in mains if m.name == "wait").role == "argo-wait"
 
 
-@pytest.mark.parametrize("task", ["node-0", "node-1"])
-def test_same_process_as_make_smoke(local_doc, task):
-    """What the kubelet starts for Argo's pod equals what `make smoke` starts for the task,
-    but for the variables only a pod has (Argo's own, the API server's Service)."""
-    _, tasks = prepare(local_doc, Options(workflow_name=WORKFLOW))
-    smoke = next(t for t in tasks if t.name == task)
-    main = next(m for m in plan_pod(argo_pod(local_doc, task), context())[1] if m.name == "main")
+def _training_tasks():
+    for example in EXAMPLES:
+        doc = load_workflow(example)
+        entry = next(t for t in doc["spec"]["templates"] if t["name"] == doc["spec"]["entrypoint"])
+        templates = {t["name"]: t for t in doc["spec"]["templates"]}
+        for task in entry["dag"]["tasks"]:
+            if not gang_task(task, templates):
+                yield pytest.param(doc, task["name"], id=f"{example.stem}-{task['name']}")
+
+
+@pytest.mark.parametrize("doc,task", list(_training_tasks()))
+def test_same_process_as_make_smoke(doc, task):
+    """For every example's every training task: what the kubelet starts for Argo's pod
+    equals what `make smoke --cpu` starts for the task, but for the variables only a pod
+    has (Argo's own, the API server's Service)."""
+    options = Options(workflow_name=WORKFLOW, cpu=True, maps=[("/code", "/srv/code"), ("/workspace", "/srv/ws")])
+    smoke = next(t for t in _prepare_tasks(doc, options, workflow_scope(doc, options), 0) if t.name == task)
+    pod = argo_pod(doc, task)
+    main = next(m for m in plan_pod(pod, context(options=options))[1] if m.name == "main")
     assert main.argv == smoke.argv
     assert main.cwd == smoke.cwd and main.device == smoke.device
     pod_only = {k: v for k, v in main.env if k.startswith(("ARGO_", "KUBERNETES_"))}
     assert [(k, v) for k, v in main.env if k not in pod_only] == smoke.env
-    assert pod_only["ARGO_POD_NAME"] == f"{WORKFLOW}-cpu-x2-1234"
+    assert pod_only["ARGO_POD_NAME"] == pod["metadata"]["name"]
     assert pod_only["KUBERNETES_SERVICE_HOST"] == "127.0.0.1" and pod_only["KUBERNETES_SERVICE_PORT"] == "6443"
 
 
