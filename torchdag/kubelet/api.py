@@ -75,7 +75,7 @@ class Kube:
             resp.read()
             raise ApiException(status=resp.status, reason=resp.reason, http_resp=resp)
         try:
-            for line in iter_resp_lines(resp):
+            for line in iter_resp_lines(resp.response):
                 if line:
                     yield json.loads(line)
         finally:
