@@ -10,6 +10,7 @@ import pytest
 from kubelet_helpers import argo_pod
 
 from helpers import EXAMPLES, EXAMPLES_DIR
+from torchdag.kubelet.sandbox import mount_order
 from torchdag.kubelet.translate import PodContext, PodError, plan_container, plan_pod, unwrap_emissary
 from torchdag.localrun.load import load_workflow
 from torchdag.localrun.mapping import CHECKOUT
@@ -168,3 +169,18 @@ def test_unwrap_emissary_forms():
     pod = bare_pod(command=["/var/run/argo/argoexec", "emissary", "--"])
     with pytest.raises(PodError, match="no command"):
         plan_container(pod, copy.deepcopy(pod["spec"]["containers"][0]), context())
+
+
+def test_argo_resource_template_runs_argoexec(local_doc):
+    pod = argo_pod(local_doc, "node-0")
+    main = next(c for c in pod["spec"]["containers"] if c["name"] == "main")
+    main["command"], main["args"] = main["command"][:7] + ["argoexec", "resource", "create"], []
+    run = next(m for m in plan_pod(pod, context())[1] if m.name == "main")
+    assert (run.role, run.argv, run.emissary) == ("argoexec", ["/bin/true", "resource", "create"], True)
+
+
+def test_mounts_never_hide_a_source():
+    binds = [("/tmp/pod/tmp-dir", "/tmp"), ("/tmp/pod/argo", "/var/run/argo"),
+             ("/tmp/pod/term", "/dev/termination-log")]
+    ordered = mount_order(binds)
+    assert ordered[-1] == ("/tmp/pod/tmp-dir", "/tmp") and sorted(ordered) == sorted(binds)

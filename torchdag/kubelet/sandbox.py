@@ -147,6 +147,23 @@ def wrap(argv: list[str], binds: list[tuple[str, str]]) -> list[str]:
     nothing leaks back to this machine); argv unchanged when there is nothing to bind."""
     if not binds:
         return list(argv)
-    flat = [word for pair in binds for word in pair]
+    flat = [word for pair in mount_order(binds) for word in pair]
     return ["unshare", "--mount", "--propagation", "private", "--", "/bin/sh", "-c", MOUNT_SCRIPT,
             "kubelet-mounts", *flat, "--", *argv]
+
+
+def _covers(target: str, path: str) -> bool:
+    return path == target or path.startswith(target.rstrip("/") + "/")
+
+
+def mount_order(binds: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """Binds in an order where no mount hides a source still to be bound (Argo mounts an
+    emptyDir on /tmp, and the pod's folder may be under /tmp): a bind whose target covers
+    another's source comes after it."""
+    left, out = list(binds), []
+    while left:
+        free = [b for b in left if not any(_covers(b[1], other[0]) for other in left if other is not b)]
+        chosen = free[0] if free else left[0]
+        out.append(chosen)
+        left.remove(chosen)
+    return out

@@ -197,19 +197,18 @@ def plan_container(pod: dict, container: dict, ctx: PodContext, *, init: bool = 
         wrapper = command[:command.index("--") + 1] if "--" in command else command
         notes.append(f"unwrapped Argo's emissary: {' '.join(wrapper)}")
         command = inner
-    else:
-        role = argoexec_role(command)
-        if role is not None:
-            binary = ctx.argoexec
-            if role == "wait" and ctx.wait != "real":
-                return ContainerRun(container["name"], init, "argo-wait", command + args, env, os.getcwd(), "cpu",
-                                    notes, termination, policy, mounts)
-            if not binary or not os.path.exists(binary):
-                raise PodError(f"{command[0]} {role}: Argo's executor binary is not built here "
-                               f"({binary or 'no --argoexec'}; `make go-tools` builds .tools/bin/argoexec)")
-            notes.append(f"Argo's own code: {command[0]} -> {binary}")
-            return ContainerRun(container["name"], init, "argoexec", [binary] + command[1:] + args, env,
-                                os.getcwd(), "cpu", notes, termination, policy, mounts)
+    role = argoexec_role(command)
+    if role is not None:  # Argo's own pods; a resource template's main is `emissary -- argoexec resource ...`
+        if role == "wait" and ctx.wait != "real":
+            return ContainerRun(container["name"], init, "argo-wait", command + args, env, os.getcwd(), "cpu",
+                                notes, termination, policy, mounts)
+        binary = ctx.argoexec
+        if not binary or not os.path.exists(binary):
+            raise PodError(f"{command[0]} {role}: Argo's executor binary is not built here "
+                           f"({binary or 'no --argoexec'}; `make go-tools` builds .tools/bin/argoexec)")
+        notes.append(f"Argo's own code: {command[0]} -> {binary}")
+        return ContainerRun(container["name"], init, "argoexec", [binary] + command[1:] + args, env,
+                            os.getcwd(), "cpu", notes, termination, policy, mounts, emissary=inner is not None)
     if not command:
         raise PodError(f"container {container['name']}: no command: the image's entrypoint is not known here")
     argv, env_out, cwd, device = localize(command, args, env, container.get("workingDir"), container,
