@@ -39,11 +39,15 @@ class _StrictLoader(_BaseLoader):
     resolves plain scalars the way Helm does (go-yaml v2), so both tools see the same values."""
 
 
-def _construct_mapping(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = False) -> dict:
+def _construct_mapping(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = False) -> Any:
+    if not isinstance(node, yaml.MappingNode):  # `!!map abc`
+        return _unknown_tag(loader, node)
     loader.flatten_mapping(node)
     mapping: dict = {}
     for key_node, value_node in node.value:
         key = loader.construct_object(key_node, deep=deep)
+        if isinstance(key, RefusedTag):
+            raise yaml.constructor.ConstructorError(None, None, f"a key: {key.message}", key_node.start_mark)
         if not isinstance(key, str):
             raise yaml.constructor.ConstructorError(
                 None, None, f"key {key!r} is not a string; quote it", key_node.start_mark
@@ -57,6 +61,8 @@ def _construct_mapping(loader: _StrictLoader, node: yaml.MappingNode, deep: bool
 
 
 _StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_SEQUENCE_TAG, lambda loader, node: (
+    loader.construct_sequence(node) if isinstance(node, yaml.SequenceNode) else _unknown_tag(loader, node)))
 
 # Read plain scalars the way Helm does (go-yaml v2's resolve()), so both tools see the same
 # values: `y`/`n` are booleans there; numbers are what Go's strconv parses (`1e3`, `+.5`,
@@ -208,8 +214,13 @@ def _construct_tagged(loader: _StrictLoader, node: yaml.Node) -> Any:
 
 
 def _unknown_tag(loader: _StrictLoader, node: yaml.Node) -> RefusedTag:
-    """Any other tag (`!!binary`, `!!set`, `!!python/...`, `!custom`): Helm would drop it silently
-    (or decode base64), which is never what the writer meant."""
+    """Any other tag (`!!binary`, `!!set`, `!!python/...`, `!custom`), or a tag on the wrong kind
+    of node (`!!map abc`): Helm would drop it silently (or decode base64), which is never what
+    the writer meant."""
+    if node.tag in (_TAG_PREFIX + "map", _TAG_PREFIX + "seq"):
+        what = {yaml.ScalarNode: "a plain value", yaml.SequenceNode: "a list"}.get(type(node), "a mapping")
+        return RefusedTag(f"the YAML tag {_short(node.tag)} is on {what}, which it does not fit (Helm would drop "
+                          "it); remove it")
     if not isinstance(node, yaml.ScalarNode):
         what = "list" if isinstance(node, yaml.SequenceNode) else "mapping"
         return RefusedTag(f"the YAML tag {_short(node.tag)} is on a {what}, which takes no tag (Helm would drop it); "
