@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, Phase, given, settings
 from test_chart_parity import _QuotedDumper, values_strategy
 
 from argo_helpers import task_pods
@@ -39,7 +39,10 @@ def dry_run(cluster, obj: dict, namespace: str) -> str | None:
     return None if done.returncode == 0 else (done.stderr or done.stdout).strip()
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
+# No shrinking: each example costs several round trips to the API server, and the failing
+# values are printed whole.
+@settings(max_examples=25, deadline=None, phases=[Phase.explicit, Phase.reuse, Phase.generate],
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
                                                                   HealthCheck.function_scoped_fixture])
 @given(values=values_strategy())
 def test_what_torchdag_accepts_the_api_server_accepts(local_cluster, values):
