@@ -193,6 +193,28 @@ BAD_CASES = [
           _set("launcher", {"extraArgs": ["--monitor_interval=1", "--node-rank=0"]})),
     _case("label-in-torchdag-prefix", "labels['torchdag.io/job']", "the torchdag.io/ prefix is torchdag's own",
           _set("labels", {"torchdag.io/job": "other"})),
+    # Issue 18: Argo's own keys, on the Workflow and its pods (podMetadata)
+    _case("label-in-argo-prefix", "labels['workflows.argoproj.io/completed']", "prefix is Argo's own",
+          _set("labels", {"workflows.argoproj.io/completed": "true"})),
+    _case("label-argo-controller-instance", "labels['workflows.argoproj.io/controller-instanceid']",
+          "prefix is Argo's own", _set("labels", {"team": "a", "workflows.argoproj.io/controller-instanceid": "x"})),
+    _case("annotation-in-argo-prefix", "annotations['workflows.argoproj.io/node-name']", "prefix is Argo's own",
+          _set("annotations", {"workflows.argoproj.io/node-name": "x"})),
+    _case("annotation-in-argo-subdomain", "annotations['pod.workflows.argoproj.io/x']", "prefix is Argo's own",
+          _set("annotations", {"pod.workflows.argoproj.io/x": "y"})),
+    # Issue 18: the launcher plan, abbreviated (argparse expands prefixes), a script read as a flag, PET_ defaults
+    *[_case(f"extra-args-abbreviated{flag}", f"launcher.extraArgs[{index}]", "abbreviates one",
+            _set("launcher", {"extraArgs": ["--monitor-interval=1"] * index + [flag, "1"]}))
+      for index, flag in enumerate(["--nnode=1", "--node-r=0", "--master_ad=10.0.0.9", "--standalon", "--node_ra",
+                                    "--rdzv-back=c10d", "--nproc_per=8", "--max-re=3", "--master-p=1", "--rdzv_i=x",
+                                    "--n", "--rdzv-endp=h:1", "--master_port"])],
+    _case("script-starting-with-dash", "script", "starts with '-', which the launcher would read",
+          _set("script", "--standalone")),
+    _case("script-a-short-flag", "script", "starts with '-'", _set("script", "-m")),
+    _case("env-pet-nnodes", "env.PET_NNODES", "torchrun reads PET_<OPTION> variables",
+          _set("env", {"PET_NNODES": "1"})),
+    _case("env-pet-rdzv-backend", "env.PET_RDZV_BACKEND", "torchrun reads PET_<OPTION> variables",
+          _set("env", {"A": "b", "PET_RDZV_BACKEND": "c10d"})),
     _case("reserved-env-autoload", "env.TORCH_DEVICE_BACKEND_AUTOLOAD", "is set by torchdag itself",
           _set("env", {"TORCH_DEVICE_BACKEND_AUTOLOAD": "1"})),
     # written as a double-quoted escape: a raw NEL would be read as a line break by both
@@ -205,7 +227,7 @@ BAD_CASES = [
           _set("scheduling", {"gang": "kueue"})),
     # Rules the schema states (x-rule): render.py words them, helm names the field
     _case("rbac-create-without-service-account", "serviceAccountName",
-          "must be set when rbac.create or rbac.createServiceAccount is true",
+          "or rbac.create while the pods mount a token",
           _set("rbac", {"create": True})),
     _case("executor-token-without-account", "executorServiceAccountName",
           "must be set when automountServiceAccountToken is false",

@@ -69,7 +69,8 @@ hostile_text = st.lists(
 ).map("".join).filter(lambda s: "{{" not in s and not REFUSED.search(s))  # what both refuse (tests/bad_cases.py)
 hostile_nonempty = hostile_text.filter(bool)
 dns_label = st.from_regex(r"[a-z]([a-z0-9-]{0,10}[a-z0-9])?", fullmatch=True)
-env_name = st.from_regex(r"[A-Za-z_][A-Za-z0-9_]{0,12}", fullmatch=True).filter(lambda n: n not in RESERVED_ENV)
+env_name = st.from_regex(r"[A-Za-z_][A-Za-z0-9_]{0,12}", fullmatch=True).filter(
+    lambda n: n not in RESERVED_ENV and not n.startswith("PET_"))
 quantity = st.one_of(
     st.integers(0, 10**6),
     st.floats(0, 1e9, allow_nan=False, allow_infinity=False),
@@ -196,7 +197,7 @@ def values_strategy(draw) -> dict:
         "name": draw(dns_label),
         "image": draw(st.sampled_from(["registry.example.com/train:1.0", "192.168.110.125:8443/agent/ppo_torch:3.1",
                                        "img@sha256:" + "a" * 64])),
-        "script": draw(hostile_nonempty),
+        "script": draw(hostile_nonempty.filter(lambda s: not s.startswith("-"))),  # else a launcher option
         "nodes": draw(nodes_strategy(backend or "auto")),
     }
     if backend is not None:
@@ -223,13 +224,14 @@ def values_strategy(draw) -> dict:
         "securityContext": security_context,
         "volumes": volumes_strategy(),
         "launcher": section(type=st.sampled_from(["torchrun", "launch"]), python=hostile_nonempty,
-                            maxRestarts=st.integers(0, 10), extraArgs=st.lists(hostile_text, max_size=3)),
+                            maxRestarts=st.integers(0, 10),
+                            extraArgs=st.lists(hostile_text.filter(lambda s: not s.startswith("--")), max_size=3)),
         "timeouts": section(rendezvous=st.integers(1, 10**6), processGroup=st.integers(1, 10**6),
                             hcclConnect=st.integers(120, 7200), workflowDeadline=st.integers(1, 10**8)),
         "workflow": section(ttlSecondsAfterFinished=st.integers(0, 10**7),
                             podGC=st.sampled_from(["", "OnPodCompletion", "OnPodSuccess", "OnWorkflowCompletion",
                                                    "OnWorkflowSuccess"]),
-                            priorityClassName=st.one_of(st.just(""), dns_label)),
+                            priorityClassName=st.one_of(st.just(""), dns_label), nodeStatusOffload=st.booleans()),
         "ascend": section(mountDriver=st.booleans(),
                           driverPath=st.sampled_from(["/", "/opt/ascend/driver", "/usr/local/Ascend/driver//", "/d ü"]),
                           setEnvScript=hostile_text, whitelistDisable=st.booleans(), duoCard=st.booleans()),

@@ -291,6 +291,12 @@ def null_refused(schema: dict, message: str) -> dict:
     return {"x-rule": "null-deletes-default", **required(schema), "x-message": message}
 
 
+def _any_prefix(flag: str) -> str:
+    """Every non-empty prefix of flag as a regular expression, `_` either way: `ab_c` -> `a(b([-_](c)?)?)?`."""
+    parts = ["[-_]" if char == "_" else re.escape(char) for char in flag]
+    return parts[0] + "".join(f"({part}" for part in parts[1:]) + ")?" * (len(parts) - 1)
+
+
 def generated_definitions(schema: dict) -> dict[str, dict]:
     """The schema's `$defs` that come from the catalogue and from the schema's defaults: the
     rules they carry (env-reserved, launcher-planned-flag, volume-builtin-name,
@@ -298,12 +304,14 @@ def generated_definitions(schema: dict) -> dict[str, dict]:
     sys.path.insert(0, str(REPO))
     from torchdag import catalog
 
-    # A planned flag in either spelling (--node-rank, --node_rank), with or without `=value`;
-    # [\s\S] and a final $ read the same in Python's re and Go's RE2 (no lookahead there).
-    flags = "|".join(flag.replace("_", "[-_]") for flag in catalog.planned_launcher_flags())
+    # A planned flag in either spelling (--node-rank, --node_rank) or any prefix of it (argparse
+    # expands an unambiguous prefix of a long option: --nnode, --node-r, --master_ad,
+    # --standalon; -m and -r are options of their own), with or without `=value`; [\s\S] and
+    # a final $ read the same in Python's re and Go's RE2.
+    flags = "|".join(_any_prefix(flag) for flag in catalog.planned_launcher_flags())
     return {
         "reservedEnvName": {"enum": catalog.reserved_env()},
-        "plannedLauncherFlag": {"pattern": f"^-+({flags})(=[\\s\\S]*)?$"},
+        "plannedLauncherFlag": {"pattern": f"^--({flags})(=[\\s\\S]*)?$"},
         "builtinVolumeName": {"enum": catalog.builtin_volumes()},
         "ascendKind": {"enum": [kind for kind in catalog.accelerator_kinds() if catalog.is_ascend(kind)]},
         "nullRefused": null_refused(schema, catalog.catalog()["nullMessage"]),

@@ -29,6 +29,11 @@ The catalogue as JSON; read it with `include "torchdag.catalog" . | fromJson`. *
       "resource": "nvidia.com/gpu"
     }
   },
+  "argoStatus": {
+    "maxBytes": 1048576,
+    "perAttempt": 1024,
+    "perPod": 96
+  },
   "ascendMounts": [
     {
       "hostPath": "{driver}/lib64",

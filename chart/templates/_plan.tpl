@@ -185,6 +185,7 @@ names. Usage: include "torchdag.plan" (dict "root" $ "plan" $plan)
 {{- $_ := set $gang $field $pairs -}}
 {{- end -}}
 {{- with $entry.podGroup -}}
+{{- $_ := set $gang "watch" (append $gang.watch (printf "--podgroup=%s/%s/%s" .apiVersion .resource $group)) -}}
 {{- $facts := dict "count" (toString $count) "timeout" (printf "%d" (int64 $scheduling.timeout)) "queue" (ternary (toJson $scheduling.queue) "" (not (empty $scheduling.queue))) -}}
 {{- $_ := set $facts "priorityClassName" (ternary (toJson $v.workflow.priorityClassName) "" (not (empty $v.workflow.priorityClassName))) -}}
 {{- $manifest := list (printf "apiVersion: %s" (toJson .apiVersion)) "kind: \"PodGroup\"" "metadata:" (printf "  name: %s" (toJson $group)) "spec:" -}}

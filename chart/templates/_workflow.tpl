@@ -49,8 +49,10 @@ spec:
   {{- end }}
   {{- if not $v.automountServiceAccountToken }}
   automountServiceAccountToken: false
+  {{- end }}
+  {{- with $v.executorServiceAccountName }}
   executor:
-    serviceAccountName: {{ toJson $v.executorServiceAccountName }}
+    serviceAccountName: {{ toJson . }}
   {{- end }}
   {{- if not $plan.network }}
   hostNetwork: true

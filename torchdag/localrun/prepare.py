@@ -18,16 +18,7 @@ from typing import Callable
 
 from .errors import EXIT_INVALID, LocalRunError
 from .expand import UnresolvedTag, argo_substitute, kube_command, kube_container_env
-from .mapping import (
-    DEFAULT_MAPS,
-    device_of,
-    device_problems,
-    map_path,
-    map_word,
-    missing_scripts,
-    onto_cpu,
-    onto_this_host,
-)
+from .mapping import device_problems, localize, missing_scripts
 from .retry import RetryPolicy, retry_policy
 
 # What a pod would not inherit from this shell: a stray GLOO_SOCKET_IFNAME or RANK here
@@ -63,11 +54,16 @@ class LocalTask:
     prefix: list[str] = field(default_factory=list)
 
     def process_env(self, base: dict[str, str], bin_dir: str) -> dict[str, str]:
-        env = {k: v for k, v in base.items() if not _NOT_INHERITED.match(k)}
-        env["PATH"] = os.pathsep.join([bin_dir] + [p for p in base.get("PATH",
-                                                                       "").split(os.pathsep) if p and p != bin_dir])
-        env.update(self.env)
-        return env
+        return process_env(base, bin_dir, self.env)
+
+
+def process_env(base: dict[str, str], bin_dir: str, env: list[tuple[str, str]]) -> dict[str, str]:
+    """A container's process environment here: this shell's, less what a pod would not
+    inherit, bin_dir (the venv: torchrun, python) first on PATH, then the container's env."""
+    out = {k: v for k, v in base.items() if not _NOT_INHERITED.match(k)}
+    out["PATH"] = os.pathsep.join([bin_dir] + [p for p in base.get("PATH", "").split(os.pathsep) if p and p != bin_dir])
+    out.update(env)
+    return out
 
 
 @dataclass
@@ -155,34 +151,11 @@ def _prepare_task(task: dict, template: dict, dag_scope: dict[str, str], options
 
     # Kubernetes: env values see earlier entries; command and args see the whole env.
     env_list = kube_container_env(raw_env)
-    env_map = dict(env_list)
-    command, args = kube_command(command, env_map), kube_command(args, env_map)
+    command, args = kube_command(command, dict(env_list)), kube_command(args, dict(env_list))
 
     if params.get("host"):
         notes.append(f"node affinity kubernetes.io/hostname={params['host']} ignored: runs on this machine")
-    device = device_of(env_map, container)
-    if device != "cpu" and options.cpu:
-        command = onto_cpu(command, env_map, device, notes)
-        device = "cpu"
-
-    launcher = command + args
-    onto_this_host(launcher, env_map, notes, address=options.address, nic=options.nic, port=options.port)
-    maps = list(options.maps) + DEFAULT_MAPS
-    mapped = [map_word(word, maps) for word in launcher]
-    for old, new in zip(launcher, mapped):
-        if old != new:
-            notes.append(f"path {old} -> {new}")
-
-    cwd = os.getcwd()
-    if working_dir:
-        local_dir = map_path(working_dir, maps)
-        if os.path.isdir(local_dir):
-            cwd = local_dir
-        else:
-            notes.append(f"workingDir {working_dir} does not exist here: runs in {cwd}")
-
-    env_out = [(k, env_map[k]) for k in dict(env_list)] + [(k, v) for k,
-                                                           v in env_map.items() if k not in dict(env_list)]
+    mapped, env_out, cwd, device = localize(command, args, env_list, working_dir, container, options, notes)
     local = LocalTask(name, template["name"], params, mapped, env_out, cwd, device, notes)
     if options.exec_prefix is not None:
         local.prefix = list(options.exec_prefix(local))
