@@ -37,7 +37,8 @@ def baseline(request, kube, tmp_path):
     ServiceAccount may do what the Workflow needs, and the kubelet serving the Nodes."""
     nodes = [unique("pn-a"), unique("pn-b"), unique("pn-c")]
     namespace = unique("pn")
-    register_nodes(kube, nodes)
+    register_nodes(kube, nodes[:1], extra={"huawei.com/Ascend910": "8"})  # the mixed job's Ascend node
+    register_nodes(kube, nodes[1:])
     for index, node in enumerate(nodes):  # addresses of their own: an EndpointSlice refuses loopback ones
         kube.request("PATCH", f"/api/v1/nodes/{node}/status", content_type="application/merge-patch+json", body={
             "status": {"addresses": [{"type": "InternalIP", "address": f"198.18.7.{index + 1}"}]}})
@@ -51,7 +52,8 @@ def baseline(request, kube, tmp_path):
         "metadata": {"name": "exec"}, "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
                                                   "name": "exec"},
         "subjects": [{"kind": "ServiceAccount", "name": "default", "namespace": namespace}]})
-    kubelet = KubeletProcess(kubeconfig_for(request), nodes, tmp_path / "state", "--argoexec", str(ARGOEXEC))
+    # --cpu: an Ascend pod trains on CPU here (make smoke's stand-in), each change in the kubelet's log
+    kubelet = KubeletProcess(kubeconfig_for(request), nodes, tmp_path / "state", "--argoexec", str(ARGOEXEC), "--cpu")
     yield nodes, namespace, kubelet
     kubelet.stop()
     try:
@@ -114,6 +116,20 @@ def test_a_pod_network_job_trains_to_the_end_where_baseline_is_enforced(kube, ba
               p.read_text()]
     assert master, sorted(str(p) for p in logs.rglob("*.log"))
     assert "preflight: ok: master name" in master[0]
+
+
+def test_a_mixed_ascend_and_cpu_pod_network_job_succeeds_where_baseline_is_enforced(kube, baseline, tmp_path):
+    nodes, namespace, kubelet = baseline
+    values = {"name": "podmix", "namespace": namespace, "image": "registry.example.com/torchdag/trainer:0.1.0",
+              "script": "/opt/torchdag/trainer/train.py", "args": ["--max-steps", "20"], "backend": "gloo",
+              "network": {"mode": "pod"}, "podSecurity": "baseline", "ascend": {"mountDriver": False},
+              "nodes": [{"name": nodes[0], "accelerator": "ascend910", "devices": 1},
+                        {"name": nodes[1], "accelerator": "cpu", "nic": "net1"}]}
+    name = submit(kube, tmp_path, namespace, values)
+    wf = wait_for(f"Workflow {name} to end", lambda: ended(kube, namespace, name), timeout=300, kubelet=kubelet)
+    assert wf["status"]["phase"] == "Succeeded", dump(wf["status"]) + kubelet.text()[-3000:]
+    # HCCL_IF_IP came from the downward API (the pod's IP, its Node's here), then this machine's stand-in
+    assert "-ascend910-x1-" in kubelet.text() and "main: HCCL_IF_IP 198.18.7.1 -> 127.0.0.1" in kubelet.text()
 
 
 def test_a_host_network_job_is_refused_in_kubernetes_words(kube, baseline, tmp_path):
