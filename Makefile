@@ -43,6 +43,7 @@ WORKFLOW_CONTROLLER := $(TOOLS)/bin/workflow-controller
 ARGOEXEC := $(TOOLS)/bin/argoexec
 KUBEEXPAND := $(TOOLS)/bin/kubeexpand
 PODSECURITY := $(TOOLS)/bin/podsecurity
+COREDNS := $(TOOLS)/bin/coredns
 ARGO_MODULE := github.com/argoproj/argo-workflows/v4
 ARGO_V4_SOURCES := tools/argo/go.mod tools/argo/go.sum $(wildcard tools/argo/cmd/*/*.go tools/argolint-report/*.go tools/argolint-report/go.*)
 ARGO_V3_SOURCES := tools/argo-v3/go.mod tools/argo-v3/go.sum $(wildcard tools/argo-v3/cmd/*/*.go tools/argolint-report/*.go tools/argolint-report/go.*)
@@ -138,7 +139,12 @@ $(PODSECURITY): tools/podsecurity/go.mod tools/podsecurity/go.sum tools/podsecur
 	$(GO_CHECK)
 	cd tools/podsecurity && $(GO) build -o $(abspath $@) .
 
-go-tools: $(ARGOLINT) $(ARGOLINT_V3) $(WORKFLOW_CONTROLLER) $(ARGOEXEC) $(KUBEEXPAND) $(CLUSTER_BINS) $(PODSECURITY) ## build the Go tools into .tools/bin (cached)
+# A cluster DNS for the local control plane: CoreDNS with its kubernetes plugin (tests/test_network_dns.py).
+$(COREDNS): tools/coredns/go.mod tools/coredns/go.sum tools/coredns/main.go
+	$(GO_CHECK)
+	cd tools/coredns && $(GO) build -o $(abspath $@) .
+
+go-tools: $(ARGOLINT) $(ARGOLINT_V3) $(WORKFLOW_CONTROLLER) $(ARGOEXEC) $(KUBEEXPAND) $(CLUSTER_BINS) $(PODSECURITY) $(COREDNS) ## build the Go tools into .tools/bin (cached)
 
 FILES ?=
 argo-lint: $(ARGOLINT) $(ARGOLINT_V3) ## Argo's own validator (v4 and v3) on FILES="a.yaml b.yaml"
