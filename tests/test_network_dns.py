@@ -119,7 +119,9 @@ def test_preflight_waits_for_the_masters_name_from_cluster_dns_then_starts_the_l
                 stdin=manifest.replace("{{workflow.name}}", run_name))  # the case's port is PORT
         pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"{run_name}-node-0", "labels": {
             "torchdag.io/run": run_name}}, "spec": {"hostname": "node-0", "subdomain": run_name,
-                                                   "containers": [{"name": "main", "image": "x"}]}}
+                                                   "containers": [{"name": "main", "image": "x"}],
+                                                   # no scheduler binds it, so no kubelet gives it an IP: the test does
+                                                   "schedulerName": "torchdag-test-unscheduled"}}
         kubectl(kubeconfig, "apply", "-n", namespace, "-f", "-", stdin=json.dumps(pod))
         master = f"node-0.{run_name}.{namespace}.svc.cluster.local"
         listener = subprocess.Popen(["ip", "netns", "exec", netns, sys.executable, "-c", LISTEN, pod_ip, str(PORT)])
