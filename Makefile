@@ -222,7 +222,7 @@ $(FAST_STAMP): requirements-fast.txt requirements-render.txt
 test-fast: $(FAST_STAMP) $(HELM) ## every render, schema, chart and front-door test: no torch, no Go (a minute or two)
 	HELM=$(abspath $(HELM)) $(FAST_VENV)/bin/python -m pytest -n 2 -m "$(FAST_MARKERS)" tests
 
-test: lint $(VENV_STAMP) $(HELM) $(ASCEND_STAMP) $(ARGOLINT) $(ARGOLINT_V3) $(KUBEEXPAND) $(PODSECURITY) ## lint, then install everything and run the whole test suite
+test: lint $(VENV_STAMP) $(HELM) $(ASCEND_STAMP) $(ARGOLINT) $(ARGOLINT_V3) $(KUBEEXPAND) $(PODSECURITY) $(COREDNS) ## lint, then install everything and run the whole test suite
 	HELM=$(abspath $(HELM)) ARGOLINT=$(abspath $(ARGOLINT)) ARGOLINT_V3=$(abspath $(ARGOLINT_V3)) KUBEEXPAND=$(abspath $(KUBEEXPAND)) \
 		PODSECURITY=$(abspath $(PODSECURITY)) \
 		TORCHDAG_ASCEND_VENV_REQUIRED=1 TORCHDAG_NETNS_REQUIRED=1 $(PY) -m pytest -n 2 tests
