@@ -42,6 +42,8 @@ ARGOLINT_V3 := $(TOOLS)/bin/argolint-v3
 WORKFLOW_CONTROLLER := $(TOOLS)/bin/workflow-controller
 ARGOEXEC := $(TOOLS)/bin/argoexec
 KUBEEXPAND := $(TOOLS)/bin/kubeexpand
+PODSECURITY := $(TOOLS)/bin/podsecurity
+COREDNS := $(TOOLS)/bin/coredns
 ARGO_MODULE := github.com/argoproj/argo-workflows/v4
 ARGO_V4_SOURCES := tools/argo/go.mod tools/argo/go.sum $(wildcard tools/argo/cmd/*/*.go tools/argolint-report/*.go tools/argolint-report/go.*)
 ARGO_V3_SOURCES := tools/argo-v3/go.mod tools/argo-v3/go.sum $(wildcard tools/argo-v3/cmd/*/*.go tools/argolint-report/*.go tools/argolint-report/go.*)
@@ -132,7 +134,17 @@ $(KUBEEXPAND): tools/kubeexpand/go.mod tools/kubeexpand/go.sum tools/kubeexpand/
 	$(GO_CHECK)
 	cd tools/kubeexpand && $(GO) build -o $(abspath $@) .
 
-go-tools: $(ARGOLINT) $(ARGOLINT_V3) $(WORKFLOW_CONTROLLER) $(ARGOEXEC) $(KUBEEXPAND) $(CLUSTER_BINS) ## build the Go tools into .tools/bin (cached)
+# Kubernetes' own Pod Security admission checks (k8s.io/pod-security-admission), offline.
+$(PODSECURITY): tools/podsecurity/go.mod tools/podsecurity/go.sum tools/podsecurity/main.go
+	$(GO_CHECK)
+	cd tools/podsecurity && $(GO) build -o $(abspath $@) .
+
+# A cluster DNS for the local control plane: CoreDNS with its kubernetes plugin (tests/test_network_dns.py).
+$(COREDNS): tools/coredns/go.mod tools/coredns/go.sum tools/coredns/main.go
+	$(GO_CHECK)
+	cd tools/coredns && $(GO) build -o $(abspath $@) .
+
+go-tools: $(ARGOLINT) $(ARGOLINT_V3) $(WORKFLOW_CONTROLLER) $(ARGOEXEC) $(KUBEEXPAND) $(CLUSTER_BINS) $(PODSECURITY) $(COREDNS) ## build the Go tools into .tools/bin (cached)
 
 FILES ?=
 argo-lint: $(ARGOLINT) $(ARGOLINT_V3) ## Argo's own validator (v4 and v3) on FILES="a.yaml b.yaml"
@@ -210,8 +222,9 @@ $(FAST_STAMP): requirements-fast.txt requirements-render.txt
 test-fast: $(FAST_STAMP) $(HELM) ## every render, schema, chart and front-door test: no torch, no Go (a minute or two)
 	HELM=$(abspath $(HELM)) $(FAST_VENV)/bin/python -m pytest -n 2 -m "$(FAST_MARKERS)" tests
 
-test: lint $(VENV_STAMP) $(HELM) $(ASCEND_STAMP) $(ARGOLINT) $(ARGOLINT_V3) $(KUBEEXPAND) $(CLUSTER_BINS) $(WORKFLOW_CONTROLLER) $(ARGOEXEC) $(KUBECTL) ## lint, then install everything and run the whole test suite
+test: lint $(VENV_STAMP) $(HELM) $(ASCEND_STAMP) $(ARGOLINT) $(ARGOLINT_V3) $(KUBEEXPAND) $(PODSECURITY) $(COREDNS) $(CLUSTER_BINS) $(WORKFLOW_CONTROLLER) $(ARGOEXEC) $(KUBECTL) ## lint, then install everything and run the whole test suite
 	HELM=$(abspath $(HELM)) ARGOLINT=$(abspath $(ARGOLINT)) ARGOLINT_V3=$(abspath $(ARGOLINT_V3)) KUBEEXPAND=$(abspath $(KUBEEXPAND)) \
+		PODSECURITY=$(abspath $(PODSECURITY)) \
 		TORCHDAG_ASCEND_VENV_REQUIRED=1 TORCHDAG_NETNS_REQUIRED=1 $(PY) -m pytest -n 2 tests
 
 golden: $(VENV_STAMP) ## regenerate tests/golden/ from examples/ and tests/cases/ (review the diff!)
