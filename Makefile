@@ -58,7 +58,7 @@ ASCEND_VENV := .venv-ascend
 ASCEND_STAMP := $(ASCEND_VENV)/.installed
 ASCEND_REQ := requirements-ascend-test.txt
 
-.PHONY: help setup render check test test-fast golden smoke chart-sync bench lint clean ascend-venv argo-lint go-tools cluster-up cluster-nodes cluster-down
+.PHONY: help setup render check test test-fast golden smoke chart-sync bench lint clean ascend-venv argo-lint go-tools cluster-up cluster-nodes cluster-down e2e
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 14
@@ -153,6 +153,9 @@ cluster-nodes: $(RENDER_STAMP) ## register VALUES' nodes as Ready Nodes of the l
 
 cluster-down: $(RENDER_STAMP) ## stop the local cluster's processes and remove CLUSTER_DIR
 	$(CLUSTER) down
+
+e2e: $(VENV_STAMP) $(CLUSTER_BINS) $(WORKFLOW_CONTROLLER) $(ARGOEXEC) $(KUBECTL) ## the tests on a local cluster with Argo's real controller (docs/e2e.md)
+	TORCHDAG_E2E=1 $(PY) -m pytest -m e2e tests
 
 setup: $(VENV_STAMP) $(HELM) ## install the venv (torch, test tools), helm and kubectl
 

@@ -9,17 +9,25 @@ process kubelet's part (its own tests).
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import yaml
+from cluster_helpers import alive
 
 from helpers import EXAMPLES_DIR, REPO
 from torchdag.cluster import procs
 from torchdag.cluster.layout import Layout
 from torchdag.cluster.up import COMPONENTS
+
+
+def e2e(test):
+    """A test on the local cluster: the go tier (the Go-built binaries), run by `make e2e`."""
+    return pytest.mark.e2e(pytest.mark.go(test))
+
 
 ARGO_CRDS = ("clusterworkflowtemplates", "cronworkflows", "workflowartifactgctasks", "workfloweventbindings",
              "workflows", "workflowtaskresults", "workflowtasksets", "workflowtemplates")
@@ -60,7 +68,7 @@ def _ip(hexed: str, width: int) -> str:
     return str(ipaddress.IPv6Address(raw))
 
 
-@pytest.mark.go
+@e2e
 def test_up_leaves_every_component_ready(local_cluster):
     assert local_cluster.kubectl("get", "--raw", "/readyz").stdout.strip() == "ok"
     pids = local_cluster.pids()
@@ -77,7 +85,7 @@ def test_up_leaves_every_component_ready(local_cluster):
         assert all(address.startswith(("127.0.0.1:", "::1:")) for address in addresses), (name, addresses)
 
 
-@pytest.mark.go
+@e2e
 def test_up_again_changes_nothing(local_cluster):
     before = local_cluster.pids()
     again = local_cluster.command("up")
@@ -86,7 +94,21 @@ def test_up_again_changes_nothing(local_cluster):
     assert local_cluster.pids() == before
 
 
-@pytest.mark.go
+@e2e
+def test_up_restarts_only_a_component_that_died(local_cluster):
+    before = local_cluster.pids()
+    os.kill(before["kube-scheduler"], signal.SIGKILL)
+    local_cluster.wait_for("the scheduler's end", lambda: not alive(before["kube-scheduler"]), timeout=30)
+    again = local_cluster.command("up")
+    assert again.returncode == 0, again.stderr
+    after = local_cluster.pids()
+    assert after["kube-scheduler"] != before["kube-scheduler"] and alive(after["kube-scheduler"])
+    assert {k: v for k, v in after.items() if k != "kube-scheduler"} == \
+        {k: v for k, v in before.items() if k != "kube-scheduler"}
+    assert local_cluster.command("up").stdout.startswith("cluster already up")
+
+
+@e2e
 def test_nodes_of_a_values_file(local_cluster):
     values = EXAMPLES_DIR / "mixed-gloo.yaml"
     done = local_cluster.command("nodes", str(values))
@@ -113,7 +135,7 @@ def test_nodes_of_a_values_file(local_cluster):
         local_cluster.kubectl("delete", "node", *accelerators, "--ignore-not-found")
 
 
-@pytest.mark.go
+@e2e
 def test_bad_values_are_refused_with_exit_2(local_cluster, tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text("name: x\nnodes: []\n")
@@ -122,7 +144,7 @@ def test_bad_values_are_refused_with_exit_2(local_cluster, tmp_path):
     assert str(bad) in done.stderr and "nodes" in done.stderr
 
 
-@pytest.mark.go
+@e2e
 def test_the_controller_runs_a_rendered_workflow_on_its_pinned_hosts(local_cluster, tmp_path):
     values = EXAMPLES_DIR / "local.yaml"
     assert local_cluster.command("nodes", str(values)).returncode == 0

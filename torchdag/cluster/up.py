@@ -54,6 +54,12 @@ def argv(layout: Layout, component: str, port: dict[str, int]) -> list[str]:
             "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", f"--secure-port={port['apiserver']}",
             f"--tls-cert-file={pki / 'apiserver.crt'}", f"--tls-private-key-file={pki / 'apiserver.key'}",
             f"--client-ca-file={pki / 'ca.crt'}",
+            # Fills the requestheader part of kube-system/extension-apiserver-authentication, which
+            # the scheduler's and controller manager's delegated authentication read (else they log
+            # an error every 20 s); no front-proxy client certificate is ever issued.
+            f"--requestheader-client-ca-file={pki / 'ca.crt'}", "--requestheader-allowed-names=front-proxy-client",
+            "--requestheader-username-headers=X-Remote-User", "--requestheader-group-headers=X-Remote-Group",
+            "--requestheader-extra-headers-prefix=X-Remote-Extra-",
             f"--service-account-issuer={SA_ISSUER}", f"--service-account-key-file={pki / 'sa.pub'}",
             f"--service-account-signing-key-file={pki / 'sa.key'}",
             f"--service-cluster-ip-range={SERVICE_CIDR}", "--authorization-mode=Node,RBAC",
@@ -228,7 +234,11 @@ class Cluster:
                 f"logs {self.layout.logs}/")
 
     def down(self, say=print) -> None:
-        stopped = [name for name in reversed(COMPONENTS) if procs.stop(self.layout, name, binary(name))]
+        stopped = []
+        for name in reversed(COMPONENTS):
+            how = procs.stop(self.layout, name, binary(name))
+            if how:
+                stopped.append(name if how == "terminated" else f"{name} ({how})")
         if self.layout.root.exists():
             shutil.rmtree(self.layout.root, ignore_errors=True)
         say(f"stopped {', '.join(stopped) or 'nothing (none was running)'}; removed {self.layout.root}")
