@@ -78,6 +78,13 @@ def test_up_leaves_every_component_ready(local_cluster):
         assert name in crds and _established(crds[name]), name
     for namespace in ("default", "argo"):
         local_cluster.get("serviceaccount", "default", "-n", namespace)
+    # Argo's quick-start grant: the executor in `default` may report task results, nothing more.
+    can = local_cluster.kubectl("auth", "can-i", "create", "workflowtaskresults.argoproj.io",
+                                "--as=system:serviceaccount:default:default", "-n", "default", check=False)
+    assert can.stdout.strip() == "yes"
+    cannot = local_cluster.kubectl("auth", "can-i", "create", "pods",
+                                   "--as=system:serviceaccount:default:default", "-n", "default", check=False)
+    assert cannot.stdout.strip() == "no"
     # Every server of the cluster listens on loopback only.
     for name, pid in pids.items():
         addresses = _listening(pid)

@@ -21,7 +21,17 @@ import yaml
 
 from ..errors import TorchdagError
 from . import manifests, procs
-from .layout import ARGO_CRDS, ARGO_NAMESPACE, SA_ISSUER, SERVICE_CIDR, SERVICE_IP, Layout, binary
+from .layout import (
+    ARGO_CRDS,
+    ARGO_EXECUTOR_RBAC,
+    ARGO_NAMESPACE,
+    SA_ISSUER,
+    SERVICE_CIDR,
+    SERVICE_IP,
+    WORKFLOW_NAMESPACE,
+    Layout,
+    binary,
+)
 
 COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "workflow-controller")
 PORTS = ("etcd-client", "etcd-peer", "apiserver", "controller-manager", "scheduler", "argo-healthz")
@@ -54,6 +64,10 @@ def argv(layout: Layout, component: str, port: dict[str, int]) -> list[str]:
             "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", f"--secure-port={port['apiserver']}",
             f"--tls-cert-file={pki / 'apiserver.crt'}", f"--tls-private-key-file={pki / 'apiserver.key'}",
             f"--client-ca-file={pki / 'ca.crt'}",
+            # What the API server shows a kubelet's API (kubectl logs/exec, Argo's pods/exec):
+            # the process kubelet can check it against ca.crt.
+            f"--kubelet-client-certificate={pki / 'apiserver-kubelet-client.crt'}",
+            f"--kubelet-client-key={pki / 'apiserver-kubelet-client.key'}",
             # Fills the requestheader part of kube-system/extension-apiserver-authentication, which
             # the scheduler's and controller manager's delegated authentication read (else they log
             # an error every 20 s); no front-proxy client certificate is ever issued.
@@ -198,6 +212,9 @@ class Cluster:
         argo = sorted(ARGO_CRDS.glob("argoproj.io_*.yaml"))
         files = [arg for path in (*argo, extra) for arg in ("-f", str(path))]
         self.kubectl("apply", "--server-side", "--force-conflicts", "--field-manager=torchdag-cluster", *files)
+        rbac = [arg for path in ARGO_EXECUTOR_RBAC for arg in ("-f", str(path))]
+        self.kubectl("apply", "--server-side", "--force-conflicts", "--field-manager=torchdag-cluster",
+                     f"--namespace={WORKFLOW_NAMESPACE}", *rbac)
         names = [yaml.safe_load(path.read_text())["metadata"]["name"] for path in argo]
         names += [crd["metadata"]["name"] for crd in objects if crd["kind"] == "CustomResourceDefinition"]
         for name in names:
