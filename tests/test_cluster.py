@@ -18,6 +18,7 @@ import pytest
 import yaml
 from cluster_helpers import alive
 
+from crd_helpers import podgroup_from_workflow
 from helpers import EXAMPLES_DIR, REPO
 from torchdag.cluster import procs
 from torchdag.cluster.layout import Layout
@@ -31,6 +32,7 @@ def e2e(test):
 
 ARGO_CRDS = ("clusterworkflowtemplates", "cronworkflows", "workflowartifactgctasks", "workfloweventbindings",
              "workflows", "workflowtaskresults", "workflowtasksets", "workflowtemplates")
+GOLDEN = sorted((REPO / "tests" / "golden").glob("*/*.yaml"))
 GANG_CRDS = ("podgroups.scheduling.volcano.sh", "podgroups.scheduling.x-k8s.io")
 
 
@@ -179,6 +181,52 @@ def test_the_controller_runs_a_rendered_workflow_on_its_pinned_hosts(local_clust
         # No kubelet confirms these pods' end: remove them outright.
         local_cluster.kubectl("delete", "pods", "-l", f"workflows.argoproj.io/workflow={name}", "--force",
                               "--grace-period=0", "--ignore-not-found", check=False)
+        local_cluster.kubectl("delete", "node", "node-a", "node-b", "--ignore-not-found")
+
+
+@e2e
+def test_the_api_server_takes_every_golden_render_and_its_podgroup(local_cluster):
+    """Server-side dry run with strict field validation: Kubernetes' own validation and Argo's
+    full CRD schema (and the gang schedulers' PodGroup CRDs) take what torchdag renders."""
+    documents = {path: [doc for doc in yaml.safe_load_all(path.read_text()) if doc] for path in GOLDEN}
+    namespaces = {doc["metadata"].get("namespace") for docs in documents.values() for doc in docs} - {None}
+    local_cluster.kubectl("apply", "-f", "-", stdin=yaml.safe_dump_all(
+        [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}} for name in sorted(namespaces)]))
+    refused, podgroups = [], 0
+    for path, docs in documents.items():
+        objects = list(docs)
+        for doc in docs:
+            podgroup = podgroup_from_workflow(doc) if doc["kind"] == "Workflow" else None
+            if podgroup:
+                podgroup["metadata"].setdefault("namespace", doc["metadata"].get("namespace", "default"))
+                objects.append(podgroup)
+                podgroups += 1
+        done = local_cluster.kubectl("create", "--dry-run=server", "--validate=strict", "-f", "-",
+                                     stdin=yaml.safe_dump_all(objects), check=False)
+        if done.returncode:
+            refused.append(f"{path.relative_to(REPO)}: {done.stderr.strip()}")
+    assert not refused, "\n".join(refused)
+    assert podgroups >= 2  # volcano and scheduler-plugins
+
+
+@e2e
+def test_the_gang_scheduler_names_are_served(local_cluster):
+    """schedulerName volcano / scheduler-plugins-scheduler: the one kube-scheduler stands in
+    (docs/e2e.md) and binds such pods like any other."""
+    assert local_cluster.command("nodes", str(EXAMPLES_DIR / "local.yaml")).returncode == 0
+    pods = [{"apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"stand-in-{name}"},
+             "spec": {"schedulerName": name, "nodeSelector": {"kubernetes.io/hostname": "node-b"},
+                      "containers": [{"name": "main", "image": "none"}]}}
+            for name in ("volcano", "scheduler-plugins-scheduler")]
+    local_cluster.kubectl("create", "-f", "-", stdin=yaml.safe_dump_all(pods))
+    try:
+        for pod in pods:
+            name = pod["metadata"]["name"]
+            local_cluster.wait_for(f"{name} bound", lambda name=name: local_cluster.get("pod", name)["spec"].get(
+                "nodeName") == "node-b", timeout=60)
+    finally:
+        local_cluster.kubectl("delete", "pod", *(p["metadata"]["name"] for p in pods), "--force", "--grace-period=0",
+                              "--ignore-not-found", check=False)
         local_cluster.kubectl("delete", "node", "node-a", "node-b", "--ignore-not-found")
 
 
