@@ -78,6 +78,21 @@ class LocalCluster:
             time.sleep(every)
 
 
+WATCHDOG = """
+import os, subprocess, sys, time
+owner, directory = int(sys.argv[1]), sys.argv[2]
+def owner_alive():
+    try:
+        with open(f"/proc/{owner}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+while owner_alive():
+    time.sleep(1)
+subprocess.run([sys.executable, "-m", "torchdag.cluster", "--dir", directory, "down"], timeout=120)
+"""
+
+
 def alive(pid: int) -> bool:
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
@@ -94,11 +109,18 @@ def local_cluster(tmp_path_factory) -> LocalCluster:
     if missing:
         pytest.fail(f"not built: {', '.join(missing)}: run `make cluster-up` (or `make go-tools`) first")
     cluster = LocalCluster(tmp_path_factory.mktemp("cluster"))
+    # Should this pytest process die without its teardown (killed, or its terminal gone), a
+    # watchdog of its own session takes the cluster down: five servers left running would
+    # cost a shared machine dearly.
+    watchdog = subprocess.Popen([sys.executable, "-c", WATCHDOG, str(os.getpid()), str(cluster.dir)], cwd=REPO,
+                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, start_new_session=True)
     up = cluster.command("up")
     try:
         assert up.returncode == 0, f"cluster up failed:\n{up.stdout}{up.stderr}"
         yield cluster
     finally:
+        watchdog.kill()
+        watchdog.wait()
         pids = cluster.pids()
         down = cluster.command("down", timeout=120)
         left = [f"{name} ({pid})" for name, pid in pids.items() if alive(pid)]
