@@ -61,7 +61,7 @@ ASCEND_REQ := requirements-ascend-test.txt
 .PHONY: help setup render check test test-fast golden smoke chart-sync bench lint clean ascend-venv argo-lint go-tools cluster-up cluster-nodes cluster-down e2e
 
 help: ## list the targets
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 14
+	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 14
 
 $(VENV_STAMP): requirements-dev.txt requirements-fast.txt requirements-render.txt
 	$(PYTHON_SYS) -m venv $(VENV)

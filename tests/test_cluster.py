@@ -207,6 +207,12 @@ def test_the_api_server_takes_every_golden_render_and_its_podgroup(local_cluster
             refused.append(f"{path.relative_to(REPO)}: {done.stderr.strip()}")
     assert not refused, "\n".join(refused)
     assert podgroups >= 2  # volcano and scheduler-plugins
+    # The same check refuses what Argo's schema does not hold.
+    workflow = documents[GOLDEN[0]][0]
+    bad = {**workflow, "spec": {**workflow["spec"], "entrypoints": "train"}}
+    done = local_cluster.kubectl("create", "--dry-run=server", "--validate=strict", "-f", "-",
+                                 stdin=yaml.safe_dump(bad), check=False)
+    assert done.returncode != 0 and 'unknown field "spec.entrypoints"' in done.stderr, done.stderr
 
 
 @e2e
