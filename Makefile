@@ -120,10 +120,17 @@ $(WORKFLOW_CONTROLLER) $(ARGOEXEC) &: $(ARGO_V4_SOURCES) tools/argo/workflow-con
 # it) and the certificate helper, in one `go build` so the packages they share compile once.
 CLUSTER_BINS := $(addprefix $(TOOLS)/bin/,etcd kube-apiserver kube-controller-manager kube-scheduler clustercerts)
 CLUSTER_SOURCES := tools/cluster/go.mod tools/cluster/go.sum $(wildcard tools/cluster/cmd/*/*.go)
-$(CLUSTER_BINS) &: $(CLUSTER_SOURCES)
+# The release the binaries report (/version; helm checks a chart's kubeVersion against it): a
+# module build leaves Kubernetes' placeholder "v0.0.0-master", as its own build scripts would not.
+# The rule depends on this Makefile for these flags: `go build` relinks only when they changed.
+K8S_VERSION = $(shell sed -n 's|^[[:space:]]*k8s.io/kubernetes \(v[0-9.]*\).*|\1|p' tools/cluster/go.mod)
+K8S_VERSION_FLAGS = $(foreach pkg,k8s.io/component-base/version k8s.io/client-go/pkg/version,\
+	-X $(pkg).gitVersion=$(K8S_VERSION) -X $(pkg).gitMajor=$(word 1,$(subst ., ,$(K8S_VERSION:v%=%))) \
+	-X $(pkg).gitMinor=$(word 2,$(subst ., ,$(K8S_VERSION))) -X $(pkg).gitTreeState=clean)
+$(CLUSTER_BINS) &: $(CLUSTER_SOURCES) Makefile
 	$(GO_CHECK)
 	mkdir -p $(TOOLS)/bin
-	cd tools/cluster && $(GO) build -o $(abspath $(TOOLS)/bin)/ k8s.io/kubernetes/cmd/kube-apiserver \
+	cd tools/cluster && $(GO) build -ldflags "$(K8S_VERSION_FLAGS)" -o $(abspath $(TOOLS)/bin)/ k8s.io/kubernetes/cmd/kube-apiserver \
 		k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes/cmd/kube-scheduler ./cmd/etcd ./cmd/clustercerts
 	touch $(CLUSTER_BINS)  # go build leaves an up-to-date binary's time as it was
 
