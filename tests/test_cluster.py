@@ -276,6 +276,39 @@ def test_the_controller_runs_a_rendered_workflow_on_its_pinned_hosts(local_clust
 
 
 @e2e
+def test_a_host_with_fewer_devices_than_asked_leaves_its_pod_pending_with_the_reason(local_cluster, tmp_path):
+    """What the gang watch reports: the real scheduler's reason for a pod it cannot place."""
+    registered = EXAMPLES_DIR / "cluster.yaml"  # two hosts, one Ascend 310P each
+    asked = yaml.safe_load(registered.read_text())
+    asked["nodes"][0]["devices"] = 2
+    values = tmp_path / "asks-two.yaml"
+    values.write_text(yaml.safe_dump(asked))
+    assert local_cluster.command("nodes", str(registered)).returncode == 0
+    workflow = tmp_path / "workflow.yaml"
+    subprocess.run([sys.executable, str(REPO / "render.py"), "-q", str(values), "-o", str(workflow)], check=True)
+    name = local_cluster.kubectl("create", "-f", str(workflow), "-o", "name").stdout.strip().split("/")[-1]
+    hosts = [node["name"] for node in asked["nodes"]]
+    try:
+        def refused():
+            pods = local_cluster.get("pods", "-l", f"workflows.argoproj.io/workflow={name}")["items"]
+            for pod in pods:
+                for condition in pod.get("status", {}).get("conditions", []):
+                    if condition["type"] == "PodScheduled" and condition.get("reason") == "Unschedulable":
+                        return pod, condition["message"]
+            return None
+
+        pod, message = local_cluster.wait_for("the scheduler's refusal", refused)
+        assert _pinned(pod) == [hosts[0]] and not pod["spec"].get("nodeName")
+        assert "Insufficient huawei.com/Ascend310P" in message, message
+        # The other host has what its pod asks for: bound.
+        local_cluster.wait_for(f"the pod for {hosts[1]} bound", lambda: [
+            pod for pod in local_cluster.get("pods", "-l", f"workflows.argoproj.io/workflow={name}")["items"]
+            if pod["spec"].get("nodeName") == hosts[1]])
+    finally:
+        _forget(local_cluster, "default", name, hosts)
+
+
+@e2e
 def test_the_api_server_takes_every_golden_render_and_its_podgroup(local_cluster):
     """Server-side dry run with strict field validation: Kubernetes' own validation and Argo's
     full CRD schema (and the gang schedulers' PodGroup CRDs) take what torchdag renders."""
