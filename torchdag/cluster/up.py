@@ -131,16 +131,28 @@ class Cluster:
             self._api_context = ctx
         return self._api_context
 
-    def api(self, path: str) -> dict | None:
-        """GET from the API server as admin; None when the object does not exist (404)."""
+    def api(self, path: str, method: str = "GET", body: dict | None = None,
+            content_type: str = "application/json") -> dict | None:
+        """One request to the API server as admin: the answer; None when the object does not exist (404)."""
         url = f"https://127.0.0.1:{self.port['apiserver']}{path}"
+        data = json.dumps(body).encode() if body is not None else None
+        request = urllib.request.Request(url, data=data, method=method, headers={"Content-Type": content_type})
         try:
-            with urllib.request.urlopen(url, context=self.api_context(), timeout=10) as answer:
+            with urllib.request.urlopen(request, context=self.api_context(), timeout=30) as answer:
                 return json.loads(answer.read())
         except urllib.error.HTTPError as err:
-            if err.code == 404:
+            if err.code == 404 and method == "GET":
                 return None
-            raise
+            try:
+                reason = json.loads(err.read()).get("message", "")
+            except ValueError:
+                reason = ""
+            raise ClusterError(f"{method} {path.split('?')[0]}: {err.code} {reason or err.reason}") from None
+
+    def apply(self, path: str, body: dict) -> dict | None:
+        """Server-side apply (as `kubectl apply --server-side --force-conflicts`) of one object."""
+        return self.api(f"{path}?fieldManager=torchdag-cluster&force=true", "PATCH", body,
+                        "application/apply-patch+yaml")  # JSON is YAML
 
     def kubectl(self, *args: str, stdin: str | None = None) -> str:
         cmd = [str(binary("kubectl")), f"--kubeconfig={self.layout.kubeconfig}", *args]
