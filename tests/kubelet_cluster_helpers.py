@@ -25,7 +25,11 @@ def kubeconfig_for(request) -> Path:
     given = os.environ.get(KUBECONFIG_ENV)
     if given:
         return Path(given)
-    return request.getfixturevalue("local_cluster").kubeconfig
+    try:
+        return request.getfixturevalue("local_cluster").kubeconfig
+    except pytest.FixtureLookupError:
+        pytest.fail(f"needs the local cluster (the local_cluster fixture of tests/cluster_helpers.py) or "
+                    f"{KUBECONFIG_ENV}=<kubeconfig of a running cluster>", pytrace=False)
 
 
 def register_nodes(api: Kube, names: list[str], extra: dict | None = None) -> None:
