@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from .kubelet import Kubelet
 
 POLL = 0.2
+BACKOFF_FIRST, BACKOFF_MAX = 10.0, 300.0  # kubelet's container restart back-off
 TOKEN_SECONDS = 86400
 
 
@@ -222,12 +223,23 @@ class PodWorker:
                    f"{shlex.join(run.argv)} > {log_path}")
 
     def _wait(self, states: dict[str, ContainerState]) -> None:
-        """Until every container in states has ended; each end reported at once."""
-        while any(s.running for s in states.values()):
+        """Until every container in states has ended for good; each change reported at once."""
+        while any(s.running or s.restart_at is not None for s in states.values()):
             time.sleep(POLL)
             with self.lock:
                 kill = self.kill_at is not None and time.monotonic() >= self.kill_at
+                stopping = self.stop_reason is not None
             for name, state in states.items():
+                if state.restart_at is not None:
+                    if stopping:
+                        state.restart_at = None
+                        state.finish(*self._last_exit(state))
+                        self.push()
+                    elif time.monotonic() >= state.restart_at:
+                        state.restart_at = None
+                        self._start(state.run, state)  # type: ignore[attr-defined]
+                        self.push()
+                    continue
                 if not state.running:
                     continue
                 popen, tree = self.popens[name], self.trees[name]
@@ -238,7 +250,25 @@ class PodWorker:
                     continue
                 tree.signal(signal.SIGKILL)  # the container's other processes die with it
                 self._finished(name, state, popen.returncode)
+                if not stopping and self._restarts(state):
+                    backoff = min(BACKOFF_MAX, BACKOFF_FIRST * 2 ** state.restart_count)
+                    self.k.say(f"{self.key} {name}: restarting in {backoff:g} s (restartPolicy "
+                               f"{self.state.restart_policy})")
+                    state.restart(time.monotonic() + backoff, backoff)
                 self.push()
+
+    def _restarts(self, state: ContainerState) -> bool:
+        """kubelet's rule: Always restarts every container that ends, OnFailure a failed one;
+        an init container only when it failed."""
+        policy = self.state.restart_policy
+        if policy == "Never" or state.stand_in:
+            return False
+        return state.exit_code != 0 or (policy == "Always" and not state.init)
+
+    @staticmethod
+    def _last_exit(state: ContainerState) -> tuple[int, str]:
+        last = state.last_state.get("terminated") or {}
+        return last.get("exitCode", 0), last.get("message", "")
 
     def _finished(self, name: str, state: ContainerState, returncode: int) -> None:
         code, sig = exit_code_of(returncode)
