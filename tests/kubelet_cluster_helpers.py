@@ -34,7 +34,7 @@ def kubeconfig_for(request) -> Path:
 
 def register_nodes(api: Kube, names: list[str], extra: dict | None = None) -> None:
     for name in names:
-        allocatable = {"cpu": "8", "memory": "16Gi", "pods": "20", **(extra or {})}
+        allocatable = {"cpu": "64", "memory": "256Gi", "pods": "110", **(extra or {})}  # as make cluster-nodes
         api.request("POST", "/api/v1/nodes", body={
             "apiVersion": "v1", "kind": "Node",
             "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, "torchdag.io/test": "kubelet"}}})

@@ -12,7 +12,7 @@ from ..localrun.cli import _parse_map
 from ..localrun.mapping import CHECKOUT
 from ..localrun.prepare import Options
 from .api import Kube
-from .kubelet import Kubelet
+from .kubelet import Kubelet, Recorder
 from .sandbox import can_mount
 from .workflows import WorkflowWatch
 
@@ -43,6 +43,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "(default); 'real' = run `argoexec wait` (needs RBAC for workflowtaskresults)")
     p.add_argument("--no-exec", action="store_true",
                    help="benchmarks: report every pod Running, then Succeeded, without starting processes")
+    p.add_argument("--record", metavar="FILE",
+                   help="with --no-exec: append each container's process as it would start (argv, env, cwd; "
+                        "JSON lines) to FILE")
     p.add_argument("--no-exec-seconds", type=float, default=0.0, metavar="S",
                    help="with --no-exec: seconds between Running and Succeeded (default 0)")
     p.add_argument("--lease-every", type=float, default=10.0, metavar="S",
@@ -58,7 +61,10 @@ def resolve_nodes(api: Kube, args) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.record and not args.no_exec:
+        parser.error("--record goes with --no-exec")
     api = Kube(args.kubeconfig)
     nodes = resolve_nodes(api, args)
     if not nodes:
@@ -70,7 +76,8 @@ def main(argv: list[str] | None = None) -> int:
         options.address, options.nic = None, None
     argoexec = args.argoexec if Path(args.argoexec).exists() else None
     kubelet = Kubelet(api, nodes, state_dir=state_dir, options=options, argoexec=argoexec, wait=args.wait,
-                      no_exec=args.no_exec, no_exec_seconds=args.no_exec_seconds, lease_every=args.lease_every)
+                      no_exec=args.no_exec, no_exec_seconds=args.no_exec_seconds, lease_every=args.lease_every,
+                      record=Recorder(args.record) if args.record else None)
     missing = kubelet.keeper.load()
     if missing:
         print(f"error: no such Node: {', '.join(missing)} (register them first: make cluster-nodes)", file=sys.stderr)

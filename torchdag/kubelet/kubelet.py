@@ -4,6 +4,7 @@ in for what Argo does through pods/exec (workflows.py)."""
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import threading
@@ -22,10 +23,23 @@ from .translate import PodContext
 TERMINAL = ("Succeeded", "Failed")
 
 
+class Recorder:
+    """JSON lines, one per container, written whole under a lock (pods finish on many threads)."""
+
+    def __init__(self, path: str):
+        self.file = open(path, "a", encoding="utf-8")
+        self.lock = threading.Lock()
+
+    def write(self, entry: dict) -> None:
+        with self.lock:
+            self.file.write(json.dumps(entry) + "\n")
+            self.file.flush()
+
+
 class Kubelet:
     def __init__(self, api: Kube, nodes: list[str], *, state_dir: Path, options: Options,
                  argoexec: str | None = None, wait: str = "report", no_exec: bool = False,
-                 no_exec_seconds: float = 0.0, lease_every: float = 10.0, out=None):
+                 no_exec_seconds: float = 0.0, lease_every: float = 10.0, out=None, record=None):
         self.api = api
         self.nodes = set(nodes)
         self.state_dir = state_dir
@@ -35,6 +49,7 @@ class Kubelet:
         self.wait = wait
         self.no_exec = no_exec
         self.no_exec_seconds = no_exec_seconds
+        self.record = record  # a Recorder (--record): what each container would start
         self.out = out or sys.stderr
         self.base_env = dict(os.environ)
         self.bin_dir = str(Path(sys.executable).parent)

@@ -94,7 +94,10 @@ class PodWorker:
             self.k.pod_done(self)
 
     def _complete_without_processes(self) -> None:
-        """--no-exec (benchmarks): Running, then Succeeded; nothing is started."""
+        """--no-exec (benchmarks): Running, then Succeeded; nothing is started. With
+        --record, each container's process as it would start is written down first."""
+        if self.k.record is not None:
+            self._record()
         for c in self.state.inits:
             c.start(None, self.state.node)
             c.finish(0, "not run: --no-exec")
@@ -106,6 +109,19 @@ class PodWorker:
         for c in self.state.mains:
             c.finish(0, "not run: --no-exec")
         self.push()
+
+    def _record(self) -> None:
+        meta = self.pod["metadata"]
+        base = {"namespace": self.namespace, "pod": self.name, "node": self.state.node,
+                "annotations": meta.get("annotations") or {}, "labels": meta.get("labels") or {}}
+        try:
+            inits, mains = plan_pod(self.pod, self.k.context_for(self.pod))
+        except PodError as err:
+            self.k.record.write(dict(base, error=str(err)))
+            return
+        for run in inits + mains:
+            self.k.record.write(dict(base, container=run.name, init=run.init, role=run.role, argv=run.argv,
+                                     env=run.env, cwd=run.cwd, device=run.device, notes=run.notes))
 
     def _plan(self) -> tuple[list[ContainerRun], list[ContainerRun]] | None:
         """The containers as they will start; while one cannot (a missing ConfigMap), the
