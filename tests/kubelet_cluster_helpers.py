@@ -32,12 +32,13 @@ def kubeconfig_for(request) -> Path:
                     f"{KUBECONFIG_ENV}=<kubeconfig of a running cluster>", pytrace=False)
 
 
-def register_nodes(api: Kube, names: list[str], extra: dict | None = None) -> None:
+def register_nodes(api: Kube, names: list[str], extra: dict | None = None, labels: dict | None = None) -> None:
     for name in names:
         allocatable = {"cpu": "64", "memory": "256Gi", "pods": "110", **(extra or {})}  # as make cluster-nodes
         api.request("POST", "/api/v1/nodes", body={
             "apiVersion": "v1", "kind": "Node",
-            "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, "torchdag.io/test": "kubelet"}}})
+            "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, "torchdag.io/test": "kubelet",
+                                                  **(labels or {})}}})
         api.request("PATCH", f"/api/v1/nodes/{name}/status", content_type="application/merge-patch+json", body={
             "status": {"capacity": allocatable, "allocatable": allocatable,
                        "addresses": [{"type": "InternalIP", "address": "127.0.0.1"}],
@@ -55,12 +56,13 @@ def delete_nodes(api: Kube, names: list[str]) -> None:
 
 
 class KubeletProcess:
-    def __init__(self, kubeconfig: Path, nodes: list[str], state_dir: Path, *extra: str):
+    def __init__(self, kubeconfig: Path, nodes: list[str] | str, state_dir: Path, *extra: str):
         self.state_dir = state_dir
         self.log = state_dir / "kubelet.log"
         state_dir.mkdir(parents=True, exist_ok=True)
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "torchdag.kubelet", "--kubeconfig", str(kubeconfig), "--nodes", ",".join(nodes),
+            [sys.executable, "-m", "torchdag.kubelet", "--kubeconfig", str(kubeconfig),
+             *(["--selector", nodes] if isinstance(nodes, str) else ["--nodes", ",".join(nodes)]),
              "--state-dir", str(state_dir), *extra],
             cwd=REPO, stdout=open(self.log, "wb"), stderr=subprocess.STDOUT, start_new_session=True)
 

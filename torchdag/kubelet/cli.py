@@ -26,7 +26,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--kubeconfig", required=True, help="kubeconfig of the API server (e.g. .cluster/kubeconfig)")
     nodes = p.add_mutually_exclusive_group(required=True)
     nodes.add_argument("--nodes", help="comma-separated Node names this kubelet serves")
-    nodes.add_argument("--selector", help="serve every Node matching this label selector (read at start)")
+    nodes.add_argument("--selector", help="serve every Node matching this label selector (looked up every 10 s)")
     p.add_argument("--state-dir", default=None,
                    help="pods' files and logs/<namespace>/<pod>/<container>.log "
                         "(default: the kubeconfig's folder, e.g. .cluster)")
@@ -67,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--record goes with --no-exec")
     api = Kube(args.kubeconfig)
     nodes = resolve_nodes(api, args)
-    if not nodes:
+    if not nodes and not args.selector:
         print(f"error: no Nodes to serve ({args.nodes or args.selector!r})", file=sys.stderr)
         return 2
     state_dir = Path(args.state_dir) if args.state_dir else Path(args.kubeconfig).resolve().parent
@@ -99,6 +99,9 @@ def main(argv: list[str] | None = None) -> int:
     kubelet.keeper.beat_all(status=True)
     threads = [threading.Thread(target=kubelet.keeper.run, name="heartbeats", daemon=True),
                threading.Thread(target=kubelet.watch_pods, name="pod watch", daemon=True)]
+    if args.selector:
+        threads.append(threading.Thread(target=kubelet.follow_selector, args=(args.selector,), name="nodes",
+                                        daemon=True))
     if not args.no_exec:
         flows = WorkflowWatch(kubelet)
         threads += [threading.Thread(target=flows.watch, name="workflow watch", daemon=True),

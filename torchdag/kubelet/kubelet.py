@@ -183,6 +183,29 @@ class Kubelet:
                 self.say(f"pod watch: {str(err).splitlines()[0]}; listing again")
                 time.sleep(1)
 
+    def follow_selector(self, selector: str, every: float = 10.0) -> None:
+        """--selector: Nodes registered later are served too (their already-bound pods
+        started), Nodes deleted are dropped."""
+        while not self.stopping.wait(every):
+            try:
+                listed = self.api.request("GET", "/api/v1/nodes", query={"labelSelector": selector})
+            except Exception as err:  # noqa: BLE001
+                self.say(f"node list: {str(err).splitlines()[0]}")
+                continue
+            found = {n["metadata"]["name"]: n for n in listed["items"]}
+            for name in sorted(set(found) - self.nodes):
+                self.keeper.info[name] = found[name]
+                self.keeper.nodes.append(name)
+                self.nodes.add(name)
+                self.say(f"serving node {name} (matches {selector})")
+                pods = self.api.request("GET", "/api/v1/pods", query={"fieldSelector": f"spec.nodeName={name}"})
+                for pod in pods["items"]:
+                    self.on_pod("ADDED", pod)
+            for name in sorted(self.nodes - set(found)):
+                self.nodes.discard(name)
+                self.keeper.nodes.remove(name)
+                self.say(f"node {name} is gone: no longer served")
+
     # -- lifecycle
 
     def running_workers(self) -> list[PodWorker]:
