@@ -72,6 +72,11 @@ def _raw(case_id: str, field: str, fragment: str, old: str, new: str) -> BadCase
     return BadCase(case_id, text.replace(old, new, 1), field, fragment)
 
 
+def _pod_security(level: str):
+    """A Pod Security level with what it needs of BASE (Ascend nodes): the pod network, no driver mounts."""
+    return _all(_set("podSecurity", level), _set("network", {"mode": "pod"}), _set("ascend", {"mountDriver": False}))
+
+
 def _all(*changes):
     def change(values):
         for each in changes:
@@ -118,9 +123,9 @@ BAD_CASES = [
     _case("service-account-uppercase", "serviceAccountName", "is not empty or a DNS-1123 subdomain",
           _set("serviceAccountName", "Trainer")),
     _case("job-name-uppercase", "name", "is not a DNS-1123 label", _set("name", "BladeTrain")),
-    _case("image-with-space", "image", "printable ASCII without spaces", _set("image", "registry/image: latest")),
+    _case("image-with-space", "image", "is not an image reference", _set("image", "registry/image: latest")),
     # Python's \s is Unicode-aware, Go's is not: the pattern spells the class out, so both refuse it
-    _case("image-with-no-break-space", "image", "printable ASCII without spaces",
+    _case("image-with-no-break-space", "image", "is not an image reference",
           _set("image", "registry/image:\u00a0latest")),
     _case("nic-with-ideographic-space", "nodes[1].nic", "is not an interface name",
           _set("nodes.1.nic", "enp\u3000125")),
@@ -188,6 +193,76 @@ BAD_CASES = [
           _set("launcher", {"extraArgs": ["--monitor_interval=1", "--node-rank=0"]})),
     _case("label-in-torchdag-prefix", "labels['torchdag.io/job']", "the torchdag.io/ prefix is torchdag's own",
           _set("labels", {"torchdag.io/job": "other"})),
+    # Issue 18: Argo's own keys, on the Workflow and its pods (podMetadata)
+    _case("label-in-argo-prefix", "labels['workflows.argoproj.io/completed']", "prefix is Argo's own",
+          _set("labels", {"workflows.argoproj.io/completed": "true"})),
+    _case("label-argo-controller-instance", "labels['workflows.argoproj.io/controller-instanceid']",
+          "prefix is Argo's own", _set("labels", {"team": "a", "workflows.argoproj.io/controller-instanceid": "x"})),
+    _case("annotation-in-argo-prefix", "annotations['workflows.argoproj.io/node-name']", "prefix is Argo's own",
+          _set("annotations", {"workflows.argoproj.io/node-name": "x"})),
+    _case("annotation-in-argo-subdomain", "annotations['pod.workflows.argoproj.io/x']", "prefix is Argo's own",
+          _set("annotations", {"pod.workflows.argoproj.io/x": "y"})),
+    # Issue 18: the launcher plan, abbreviated (argparse expands prefixes), a script read as a flag, PET_ defaults
+    *[_case(f"extra-args-abbreviated{flag}", f"launcher.extraArgs[{index}]", "abbreviates one",
+            _set("launcher", {"extraArgs": ["--monitor-interval=1"] * index + [flag, "1"]}))
+      for index, flag in enumerate(["--nnode=1", "--node-r=0", "--master_ad=10.0.0.9", "--standalon", "--node_ra",
+                                    "--rdzv-back=c10d", "--nproc_per=8", "--max-re=3", "--master-p=1", "--rdzv_i=x",
+                                    "--n", "--rdzv-endp=h:1", "--master_port"])],
+    _case("script-starting-with-dash", "script", "starts with '-', which the launcher would read",
+          _set("script", "--standalone")),
+    _case("script-a-short-flag", "script", "starts with '-'", _set("script", "-m")),
+    _case("env-pet-nnodes", "env.PET_NNODES", "torchrun reads PET_<OPTION> variables",
+          _set("env", {"PET_NNODES": "1"})),
+    _case("env-pet-rdzv-backend", "env.PET_RDZV_BACKEND", "torchrun reads PET_<OPTION> variables",
+          _set("env", {"A": "b", "PET_RDZV_BACKEND": "c10d"})),
+    # Issue 18: pods Kubernetes refuses, or that can never start (pkg/apis/core/validation, the kubelet, the runtime)
+    _case("capability-cap-prefix", "containerSecurity.addCapabilities[0]", "written without CAP_",
+          _set("containerSecurity", {"addCapabilities": ["CAP_IPC_LOCK"]})),
+    _case("capability-cap-sys-admin", "containerSecurity.addCapabilities[1]", "not a Linux capability name",
+          _set("containerSecurity", {"addCapabilities": ["IPC_LOCK", "CAP_SYS_ADMIN"]})),
+    _case("capability-unknown", "containerSecurity.addCapabilities[0]", "not a Linux capability name",
+          _set("containerSecurity", {"addCapabilities": ["IPC_LOCKS"]})),
+    _case("toleration-exists-with-value", "tolerations[0].value", "must be empty when operator is Exists",
+          _set("tolerations", [{"key": "k", "operator": "Exists", "value": "v"}])),
+    _case("toleration-seconds-without-no-execute", "tolerations[1].effect", "must be NoExecute when tolerationSeconds",
+          _set("tolerations", [{"operator": "Exists"}, {"key": "k", "operator": "Exists", "effect": "NoSchedule",
+                                                         "tolerationSeconds": 60}])),
+    _case("toleration-seconds-without-effect", "tolerations[0].effect", "must be NoExecute when tolerationSeconds",
+          _set("tolerations", [{"key": "k", "operator": "Exists", "tolerationSeconds": 60}])),
+    _case("toleration-empty-key-equal", "tolerations[0].operator", "must be Exists when key is empty",
+          _set("tolerations", [{"operator": "Equal", "value": "x", "effect": "NoSchedule"}])),
+    _case("toleration-no-key-no-operator", "tolerations[0].operator", "must be Exists when key is empty",
+          _set("tolerations", [{"effect": "NoSchedule"}])),
+    _case("shm-size-negative", "shmSize", "not negative", _set("shmSize", "-1Gi")),
+    _case("cpu-negative", "resources.requests.cpu", "not negative", _set("resources", {"requests": {"cpu": "-1"}})),
+    _case("memory-negative-on-a-node", "nodes[2].resources.limits.memory", "not negative",
+          _set("nodes.2.resources", {"limits": {"memory": "-2Gi"}})),
+    _case("request-above-limit", "resources.requests.cpu", "is 8, above its limit 4",
+          _set("resources", {"requests": {"cpu": 8, "memory": "1Gi"}, "limits": {"cpu": "4", "memory": "1024Mi"}})),
+    _case("request-above-limit-on-a-node", "nodes[1].resources.requests.memory", "is 1.5Gi, above its limit 1536M",
+          _set("nodes.1.resources", {"requests": {"memory": "1.5Gi"}, "limits": {"memory": "1536M"}})),
+    _case("run-as-non-root-as-root", "securityContext.runAsUser", "is 0 (root) while runAsNonRoot is true",
+          _set("securityContext", {"runAsNonRoot": True, "runAsUser": 0})),
+    _case("node-selector-on-hostname", "nodeSelector['kubernetes.io/hostname']", "pins each pod to its node",
+          _set("nodeSelector", {"kubernetes.io/hostname": "192.168.110.22"})),
+    *[_case(f"image-{case}", "image", "is not an image reference", _set("image", image)) for case, image in [
+        ("uppercase-repository", "registry.example.com/Team/train:1"), ("empty-tag", "train:"),
+        ("short-digest", "train@sha256:abc"), ("url", "https://registry.example.com/train:1"),
+        ("double-slash", "registry//train"), ("tag-too-long", "train:" + "v" * 129)]],
+    _case("working-dir-relative", "workingDir", "empty or an absolute path", _set("workingDir", "code/rl")),
+    _case("launcher-python-two-words", "launcher.python", "one word", _set("launcher", {"python": "python3 -u"})),
+    _case("host-path-backsteps", "volumes[0].hostPath.path", "has a '..' element",
+          _set("volumes", [{"name": "data", "mountPath": "/data", "hostPath": {"path": "/data/../etc"}}])),
+    _case("driver-path-backsteps", "ascend.driverPath", "has a '..' element",
+          _set("ascend", {"driverPath": "/usr/local/Ascend/.."})),
+    # Issue 18: resourceNames take only accelerator kinds, and only extended resource names
+    _case("resource-name-for-cpu", "resourceNames.cpu",
+          "takes no resource name: only accelerator kinds do (ascend310p, ascend310, ascend910, nvidia)",
+          _set("resourceNames", {"cpu": "nvidia.com/gpu"})),
+    *[_case(f"resource-name-{name}", "resourceNames.ascend310p", "is not an extended resource name",
+            _set("resourceNames", {"nvidia": "nvidia.com/gpu", "ascend310p": name}))
+      for name in ["memory", "cpu", "ephemeral-storage", "hugepages-2Mi", "kubernetes.io/npu",
+                   "requests.huawei.com/npu", "npu.kubernetes.io/x", "d" * 245 + "/npu"]],
     _case("reserved-env-autoload", "env.TORCH_DEVICE_BACKEND_AUTOLOAD", "is set by torchdag itself",
           _set("env", {"TORCH_DEVICE_BACKEND_AUTOLOAD": "1"})),
     # written as a double-quoted escape: a raw NEL would be read as a line break by both
@@ -200,7 +275,7 @@ BAD_CASES = [
           _set("scheduling", {"gang": "kueue"})),
     # Rules the schema states (x-rule): render.py words them, helm names the field
     _case("rbac-create-without-service-account", "serviceAccountName",
-          "must be set when rbac.create or rbac.createServiceAccount is true",
+          "or rbac.create while the pods mount a token",
           _set("rbac", {"create": True})),
     _case("executor-token-without-account", "executorServiceAccountName",
           "must be set when automountServiceAccountToken is false",
@@ -211,4 +286,24 @@ BAD_CASES = [
     _case("extra-args-override-master", "launcher.extraArgs[0]",
           "'--master-addr=10.0.0.9' sets a launcher flag torchdag plans",
           _set("launcher", {"extraArgs": ["--master-addr=10.0.0.9"]})),
+    # Issue 19: the pod network and Pod Security (rules the schema states)
+    _case("network-host-beside-host-network-false", "hostNetwork",
+          "which means the pod network, but network.mode is host",
+          _all(_set("network", {"mode": "host"}), _set("hostNetwork", False))),
+    _case("pod-network-service-name-digit", "name", "a Service name starts with a letter",
+          _all(_set("name", "7train"), _set("network", {"mode": "pod"}))),
+    _case("pod-security-on-the-host-network", "podSecurity", "'baseline' refuses hostNetwork",
+          _set("podSecurity", "baseline")),
+    _case("pod-security-host-path", "volumes[0].hostPath", "is a hostPath volume, which Pod Security baseline",
+          _all(_set("podSecurity", "baseline"), _set("hostNetwork", False), _set("ascend", {"mountDriver": False}),
+               _set("volumes", [{"name": "data", "mountPath": "/data", "hostPath": {"path": "/mnt/data"}}]))),
+    _case("pod-security-ascend-driver-mounts", "ascend.mountDriver", "let the Ascend Docker Runtime inject the driver",
+          _all(_set("podSecurity", "baseline"), _set("network", {"mode": "pod"}))),
+    _case("pod-security-ipc-lock", "containerSecurity.addCapabilities[0]", "beyond what Pod Security baseline allows",
+          _all(_pod_security("baseline"), _set("containerSecurity", {"addCapabilities": ["IPC_LOCK"]}))),
+    _case("restricted-root-user", "securityContext.runAsUser", "must not be 0 (root) with podSecurity: restricted",
+          _all(_pod_security("restricted"), _set("securityContext", {"runAsUser": 0}))),
+    _case("restricted-privilege-escalation", "containerSecurity.allowPrivilegeEscalation",
+          "must be false with podSecurity: restricted",
+          _all(_pod_security("restricted"), _set("containerSecurity", {"allowPrivilegeEscalation": True}))),
 ]

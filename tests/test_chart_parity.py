@@ -8,43 +8,16 @@ import re
 import tempfile
 from pathlib import Path
 
+import network_strategy
 import pytest
 import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from bad_cases import BAD_CASES
-from chart_helpers import RELEASE, REPO, VALUES_FILES, argo_document, helm_spellings, helm_template
+from chart_helpers import REPO, VALUES_FILES, assert_same_workflow, helm_spellings, helm_template
 from torchdag.catalog import accelerator, accelerator_kinds, catalog, hccl_limit
-from torchdag.validate import BUILTIN_VOLUMES, RESERVED_ENV
-
-
-def spec_text(rendered: str) -> str:
-    """The Workflow's `spec:` block as printed: from its line to the end of the document."""
-    start = rendered.index("\nspec:\n") + 1
-    end = rendered.find("\n---", start)
-    return rendered[start:] if end < 0 else rendered[start:end + 1]
-
-
-def assert_same_workflow(helm: str, values: Path) -> None:
-    """The spec is the same text, byte for byte (a reviewer can diff the two outputs);
-    outside it only what Helm adds differs. One helm run and one render per values file."""
-    from torchdag.pipeline import build
-
-    result = helm_template(helm, values)
-    assert result.returncode == 0, f"helm template failed for {values}:\n{result.stderr}"
-    workflow_source = result.stdout[result.stdout.index("# Source: torchdag/templates/workflow.yaml"):]
-    rendered = build(values)
-    assert spec_text(workflow_source) == spec_text(rendered)
-    ours, theirs = argo_document(result.stdout), argo_document(rendered)
-    assert ours["kind"] == theirs["kind"]
-    # Outside spec only the name differs (helm names it after the release; render.py
-    # leaves generateName to Argo) and helm adds its standard labels.
-    assert ours["metadata"]["name"] == RELEASE
-    assert theirs["metadata"]["labels"].items() <= ours["metadata"]["labels"].items()
-    assert ours["metadata"].get("annotations") == theirs["metadata"].get("annotations")
-    if "namespace" in theirs["metadata"]:
-        assert ours["metadata"]["namespace"] == theirs["metadata"]["namespace"]
+from torchdag.validate import BUILTIN_VOLUMES, RESERVED_ENV, quantity_value
 
 
 @pytest.mark.parametrize("values", VALUES_FILES, ids=lambda p: f"{p.parent.name}/{p.name}")
@@ -67,8 +40,10 @@ hostile_text = st.lists(
     max_size=6,
 ).map("".join).filter(lambda s: "{{" not in s and not REFUSED.search(s))  # what both refuse (tests/bad_cases.py)
 hostile_nonempty = hostile_text.filter(bool)
+one_word = hostile_nonempty.map(lambda s: re.sub(r"[\t\n\v\f\r ]", "", s)).filter(bool)  # launcher.python
 dns_label = st.from_regex(r"[a-z]([a-z0-9-]{0,10}[a-z0-9])?", fullmatch=True)
-env_name = st.from_regex(r"[A-Za-z_][A-Za-z0-9_]{0,12}", fullmatch=True).filter(lambda n: n not in RESERVED_ENV)
+env_name = st.from_regex(r"[A-Za-z_][A-Za-z0-9_]{0,12}", fullmatch=True).filter(
+    lambda n: n not in RESERVED_ENV and not n.startswith("PET_"))
 quantity = st.one_of(
     st.integers(0, 10**6),
     st.floats(0, 1e9, allow_nan=False, allow_infinity=False),
@@ -91,7 +66,7 @@ ONE_NODE = {backend: [kind for kind in ACCELERATORS if accelerator(kind)["device
 # Sections (objects whose keys have defaults). Both renderers refuse a null section (see
 # test_null_without_meaning_is_refused_by_both), so the strategy never draws one.
 SECTIONS = ("launcher", "timeouts", "workflow", "ascend", "preflight", "rbac", "scheduling", "failurePolicy",
-            "containerSecurity")
+            "containerSecurity", "network")
 # Keys whose absence means "off" (schema x-null): a null there is valid and deletes the default
 # (failurePolicy's maxRestarts is not one: its strategy draws no null).
 NULLABLE = {"rendezvous", "processGroup", "hcclConnect", "workflowDeadline", "ttlSecondsAfterFinished", "maxRestarts"}
@@ -152,6 +127,9 @@ def nodes_strategy(draw, backend: str) -> list[dict]:
 # Kubernetes key and label-value syntax (the schema enforces it; values stay free text in annotations)
 qualified_name = st.from_regex(r"([a-z0-9]([-a-z0-9]{0,6}[a-z0-9])?(\.[a-z0-9]{1,4})*/)?"
                                r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,10}[A-Za-z0-9])?", fullmatch=True)
+extended_name = st.from_regex(r"[a-z0-9]([-a-z0-9]{0,6}[a-z0-9])?(\.[a-z0-9]{1,4})*/[A-Za-z0-9]([-A-Za-z0-9_.]{0,10}"
+                              r"[A-Za-z0-9])?", fullmatch=True).filter(lambda n: "kubernetes.io/" not in n
+                                                                      and not n.startswith("requests."))
 label_value = st.from_regex(r"(([A-Za-z0-9][-A-Za-z0-9_.]{0,10})?[A-Za-z0-9])?", fullmatch=True)
 label_map = st.dictionaries(qualified_name, label_value, max_size=3)
 annotation_map = st.dictionaries(qualified_name, hostile_text, max_size=3)
@@ -195,7 +173,7 @@ def values_strategy(draw) -> dict:
         "name": draw(dns_label),
         "image": draw(st.sampled_from(["registry.example.com/train:1.0", "192.168.110.125:8443/agent/ppo_torch:3.1",
                                        "img@sha256:" + "a" * 64])),
-        "script": draw(hostile_nonempty),
+        "script": draw(hostile_nonempty.filter(lambda s: not s.startswith("-"))),  # else a launcher option
         "nodes": draw(nodes_strategy(backend or "auto")),
     }
     if backend is not None:
@@ -207,7 +185,7 @@ def values_strategy(draw) -> dict:
         "imagePullPolicy": st.sampled_from(["Always", "IfNotPresent", "Never"]),
         "imagePullSecrets": st.lists(dns_label, max_size=2),
         "args": st.lists(hostile_text, max_size=6),
-        "workingDir": hostile_text,
+        "workingDir": st.one_of(st.just(""), hostile_text.map("/".__add__)),  # absolute or empty
         "port": st.integers(1, 65535),
         "env": st.dictionaries(env_name, hostile_text, max_size=5),
         "resources": resources,
@@ -216,17 +194,20 @@ def values_strategy(draw) -> dict:
         "labels": label_map,
         "annotations": annotation_map,
         "hostNetwork": st.booleans(),
+        "network": network_strategy.network(section),
+        "podSecurity": network_strategy.POD_SECURITY,
         "shmSize": st.one_of(quantity, st.just("")),
         "securityContext": security_context,
         "volumes": volumes_strategy(),
-        "launcher": section(type=st.sampled_from(["torchrun", "launch"]), python=hostile_nonempty,
-                            maxRestarts=st.integers(0, 10), extraArgs=st.lists(hostile_text, max_size=3)),
+        "launcher": section(type=st.sampled_from(["torchrun", "launch"]), python=one_word,
+                            maxRestarts=st.integers(0, 10),
+                            extraArgs=st.lists(hostile_text.filter(lambda s: not s.startswith("--")), max_size=3)),
         "timeouts": section(rendezvous=st.integers(1, 10**6), processGroup=st.integers(1, 10**6),
                             hcclConnect=st.integers(120, 7200), workflowDeadline=st.integers(1, 10**8)),
         "workflow": section(ttlSecondsAfterFinished=st.integers(0, 10**7),
                             podGC=st.sampled_from(["", "OnPodCompletion", "OnPodSuccess", "OnWorkflowCompletion",
                                                    "OnWorkflowSuccess"]),
-                            priorityClassName=st.one_of(st.just(""), dns_label)),
+                            priorityClassName=st.one_of(st.just(""), dns_label), nodeStatusOffload=st.booleans()),
         "ascend": section(mountDriver=st.booleans(),
                           driverPath=st.sampled_from(["/", "/opt/ascend/driver", "/usr/local/Ascend/driver//", "/d ü"]),
                           setEnvScript=hostile_text, whitelistDisable=st.booleans(), duoCard=st.booleans()),
@@ -242,7 +223,8 @@ def values_strategy(draw) -> dict:
                                      seccompProfile=st.sampled_from(["RuntimeDefault", "Unconfined", ""])),
         "failurePolicy": st.fixed_dictionaries({}, optional={"maxRestarts": st.integers(0, 100),
                                                              "backoffSeconds": st.integers(1, 86400)}),
-        "resourceNames": st.dictionaries(st.sampled_from(ACCELERATORS), qualified_name, max_size=2),
+        "resourceNames": st.dictionaries(st.sampled_from([k for k in ACCELERATORS if accelerator(k)["resource"]]),
+                                         extended_name, max_size=2),
         "automountServiceAccountToken": st.booleans(),
         "executorServiceAccountName": st.one_of(st.just(""), dns_label, st.just("argo.executor-1")),
         # Chart-only keys: render.py ignores them, and they must not change the Workflow.
@@ -271,7 +253,33 @@ def values_strategy(draw) -> dict:
             scheduling["gang"] = "none"
     if isinstance(scheduling, dict) and scheduling.get("gang") == "kueue" and not scheduling.get("queue"):
         scheduling["queue"] = "team-a"  # Kueue needs its LocalQueue (refusal tested in test_gang.py)
+    kubernetes_valid(values)
+    network_strategy.fit(values)
     return values
+
+
+def kubernetes_valid(values: dict) -> None:
+    """What Kubernetes refuses, and so both renderers (tests/bad_cases.py), made valid in place:
+    tolerations, root under runAsNonRoot, a request above its limit, '..' in a hostPath."""
+    for toleration in values.get("tolerations") or []:
+        if not toleration.get("key"):
+            toleration["operator"] = "Exists"
+        if toleration.get("operator") == "Exists":
+            toleration.pop("value", None)
+        if "tolerationSeconds" in toleration:
+            toleration["effect"] = "NoExecute"
+    context = values.get("securityContext") or {}
+    if context.get("runAsNonRoot") and context.get("runAsUser") == 0:
+        context["runAsUser"] = 1
+    for resources in [values.get("resources")] + [node.get("resources") for node in values["nodes"]]:
+        requests, limits = (resources or {}).get("requests", {}), (resources or {}).get("limits", {})
+        for name in set(requests) & set(limits):
+            if quantity_value(requests[name]) > quantity_value(limits[name]):
+                limits[name] = requests[name]
+    for volume in values.get("volumes") or []:
+        if "hostPath" in volume:
+            volume["hostPath"]["path"] = "/".join("." if part == ".." else part
+                                                  for part in volume["hostPath"]["path"].split("/"))
 
 
 class _QuotedDumper(yaml.SafeDumper):

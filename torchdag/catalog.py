@@ -96,7 +96,8 @@ def resource_name(kind: str, values: dict) -> str:
 
 def reserved_env() -> list[str]:
     """Env names torchdag or the launcher sets: a user `env` entry would silently fight them."""
-    names = [entry["value"][0] for entry in catalog()["container"]["env"]]
+    container = catalog()["container"]
+    names = [entry["value"][0] for entry in container["env"] + container["fieldEnv"]]
     return list(dict.fromkeys(names + catalog()["launcherEnv"]))
 
 

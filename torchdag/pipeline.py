@@ -47,6 +47,10 @@ class Rendered:
     def warnings(self) -> list[str]:
         """Advice that does not stop rendering (printed on stderr)."""
         nodes = self.values["nodes"]
+        if self.plan.network:
+            return [f"{self.source}: nodes[{index}].address: unused on the pod network (network.mode: pod): the "
+                    "other nodes reach this node by its pod's DNS name; remove it"
+                    for index, node in enumerate(nodes) if node.get("address")]
         if len(nodes) == 1:
             return []
         return [

@@ -21,14 +21,15 @@ import yaml
 
 from . import SCHEMA_PATH
 from .problems import Problem, ValuesError
-from .yamlread import MAX_DEPTH, GraphProblem, load_yaml, yaml_problem
+from .yamlread import MAX_DEPTH, GraphProblem, RefusedTag, load_yaml, yaml_problem
 
 # The largest integer a float64 (Helm's numbers, JSON's in practice) holds with its neighbours.
 MAX_SAFE_INTEGER = 2**53 - 1
 
 
 def number_problems(data: Any) -> tuple[list[Problem], list[Problem]]:
-    """(non-finite numbers, integers beyond 2^53) anywhere in loaded values, by path.
+    """(non-finite numbers and refused YAML tags, integers beyond 2^53) anywhere in loaded
+    values, by path.
 
     `.inf`, `-.inf` and `.nan` have no JSON form: Helm refuses the whole file ("json:
     unsupported value: +Inf") and Kubernetes could not carry them. Integers beyond 2^53
@@ -42,6 +43,8 @@ def number_problems(data: Any) -> tuple[list[Problem], list[Problem]]:
             stack.extend((path + (key,), item) for key, item in value.items())
         elif isinstance(value, list):
             stack.extend((path + (index,), item) for index, item in enumerate(value))
+        elif isinstance(value, RefusedTag):
+            non_finite.append(Problem(path, value.message))
         elif isinstance(value, float) and not math.isfinite(value):
             spelling = ".nan" if math.isnan(value) else (".inf" if value > 0 else "-.inf")
             non_finite.append(Problem(path, f"{spelling} is not a finite number, which JSON, Helm and Kubernetes "
@@ -127,6 +130,8 @@ def _parse(text: str, source: str) -> dict:
         raise ValuesError(source, [Problem((), message)]) from None
     if data is None:
         raise ValuesError(source, [Problem((), "the file is empty; see examples/cluster.yaml")])
+    if isinstance(data, RefusedTag):
+        raise ValuesError(source, [Problem((), data.message)])
     if not isinstance(data, dict):
         raise ValuesError(source, [Problem((), f"must be a mapping of keys to values, got {type(data).__name__}")])
     return data
@@ -142,8 +147,8 @@ class Loaded:
 
 
 def parse(text: str, source: str) -> Loaded:
-    """Parse, then walk the numbers once: a non-finite one is refused at once (nothing can
-    carry it), integers beyond 2^53 are kept for the validate phase, where a problem the
+    """Parse, then walk the numbers once: a non-finite one or a refused tag is refused at once
+    (nothing can carry it), integers beyond 2^53 are kept for the validate phase, where a problem the
     schema finds on the same field is the better line (`port: 99999999999999999999`)."""
     data = _parse(text, source)
     non_finite, too_big = number_problems(data)

@@ -9,6 +9,7 @@ refused in milliseconds. torchdag/values.py builds the values on top of this.
 
 from __future__ import annotations
 
+import datetime
 import math
 import re
 from typing import Any
@@ -22,6 +23,7 @@ except AttributeError:  # pragma: no cover - PyYAML built without libyaml
 
 _INT_TAG = "tag:yaml.org,2002:int"
 _FLOAT_TAG = "tag:yaml.org,2002:float"
+_TIMESTAMP_TAG = "tag:yaml.org,2002:timestamp"
 _NUMBER_TAG = "tag:torchdag.io,2024:number"  # a plain scalar that may be a number: go_number() decides
 
 # Limits on what one values file may make the loader build (a real one is a few thousand
@@ -37,11 +39,15 @@ class _StrictLoader(_BaseLoader):
     resolves plain scalars the way Helm does (go-yaml v2), so both tools see the same values."""
 
 
-def _construct_mapping(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = False) -> dict:
+def _construct_mapping(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = False) -> Any:
+    if not isinstance(node, yaml.MappingNode):  # `!!map abc`
+        return _unknown_tag(loader, node)
     loader.flatten_mapping(node)
     mapping: dict = {}
     for key_node, value_node in node.value:
         key = loader.construct_object(key_node, deep=deep)
+        if isinstance(key, RefusedTag):
+            raise yaml.constructor.ConstructorError(None, None, f"a key: {key.message}", key_node.start_mark)
         if not isinstance(key, str):
             raise yaml.constructor.ConstructorError(
                 None, None, f"key {key!r} is not a string; quote it", key_node.start_mark
@@ -55,14 +61,18 @@ def _construct_mapping(loader: _StrictLoader, node: yaml.MappingNode, deep: bool
 
 
 _StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_SEQUENCE_TAG, lambda loader, node: (
+    loader.construct_sequence(node) if isinstance(node, yaml.SequenceNode) else _unknown_tag(loader, node)))
 
 # Read plain scalars the way Helm does (go-yaml v2's resolve()), so both tools see the same
 # values: `y`/`n` are booleans there; numbers are what Go's strconv parses (`1e3`, `+.5`,
 # `0o17`, `017`, `0x1F`, `1_000`), never YAML 1.1's base 60 (`1:30` stays a string), and a
 # float too large for float64 (`1e400`) stays the string it is. `=` is a string, not
 # PyYAML's unconstructible `!!value`.
+# PyYAML's timestamps go too: go-yaml hands a plain date to Helm as its text.
 _StrictLoader.yaml_implicit_resolvers = {
-    first: [(tag, regexp) for tag, regexp in resolvers if tag not in (_INT_TAG, _FLOAT_TAG, "tag:yaml.org,2002:value")]
+    first: [(tag, regexp) for tag, regexp in resolvers if tag not in (_INT_TAG, _FLOAT_TAG, _TIMESTAMP_TAG,
+                                                                     "tag:yaml.org,2002:value")]
     for first, resolvers in _BaseLoader.yaml_implicit_resolvers.items()
 }
 _StrictLoader.bool_values = {**yaml.constructor.SafeConstructor.bool_values, "y": True, "n": False}
@@ -122,6 +132,109 @@ def go_number(text: str) -> int | float | str:
 
 
 _StrictLoader.add_constructor(_NUMBER_TAG, lambda loader, node: go_number(loader.construct_scalar(node)))
+
+
+# --- explicit tags (`!!int 5`), as go-yaml v2's resolve() reads them --------------------------
+
+_TAG_PREFIX = "tag:yaml.org,2002:"
+# What each tag go-yaml resolves must find when the text is read as a plain scalar.
+_TAG_KINDS = {"int": "an integer", "float": "a number", "bool": "a boolean (true or false)", "null": "null",
+              "timestamp": "a date such as 2024-01-31 or 2024-01-31T10:00:00Z"}
+_GO_TIMESTAMP = re.compile(r"(\d{4})-(\d{1,2})-(\d{1,2})(?:(?:[Tt](\d{1,2}):(\d{1,2}):(\d{1,2})(?:[.,]\d{1,9})?"
+                           r"(?:Z|[+-](\d\d):(\d\d)))|(?: (\d{1,2}):(\d{1,2}):(\d{1,2})(?:[.,]\d{1,9})?))?")
+
+
+class RefusedTag:
+    """A value whose explicit tag torchdag refuses, kept in place of the value so that the
+    walk over the loaded data (values.number_problems) names its field."""
+
+    __slots__ = ("message",)
+
+    def __init__(self, message: str):
+        self.message = message
+
+    def __repr__(self) -> str:
+        return "a tagged value"
+
+
+def _short(tag: str) -> str:
+    shown = "!!" + tag[len(_TAG_PREFIX):] if tag.startswith(_TAG_PREFIX) else tag
+    return shown if len(shown) <= 60 else shown[:57] + "..."
+
+
+def _go_timestamp(text: str) -> bool:
+    """go-yaml's parseTimestamp: time.Parse with its four layouts (ranges checked as Go does)."""
+    match = _GO_TIMESTAMP.fullmatch(text)
+    if not match:
+        return False
+    year, month, day = (int(part) for part in match.group(1, 2, 3))
+    clock = [int(part) for part in (match.group(4, 5, 6) if match[4] else match.group(9, 10, 11)) if part]
+    zone = [int(part) for part in match.group(7, 8) if part]
+    try:
+        datetime.date(year, month, day)
+    except ValueError:
+        return False
+    return (not clock or (clock[0] < 24 and clock[1] < 60 and clock[2] < 60)) and (
+        not zone or (zone[0] <= 24 and zone[1] <= 60))
+
+
+_PLAIN_CONSTRUCTORS = {_FLOAT_TAG: yaml.constructor.SafeConstructor.construct_yaml_float,
+                       "tag:yaml.org,2002:bool": yaml.constructor.SafeConstructor.construct_yaml_bool,
+                       "tag:yaml.org,2002:null": yaml.constructor.SafeConstructor.construct_yaml_null}
+
+
+def _plain_kind(loader: _StrictLoader, text: str) -> tuple[str, Any]:
+    """(kind, value) of text read as a plain scalar, as go-yaml resolves it."""
+    tag = loader.resolve(yaml.ScalarNode, text, (True, False))
+    if tag == _NUMBER_TAG:
+        value = go_number(text)
+    elif tag in _PLAIN_CONSTRUCTORS:
+        value = _PLAIN_CONSTRUCTORS[tag](loader, yaml.ScalarNode(tag, text))
+    elif _GO_TIMESTAMP.match(text) and _go_timestamp(text):
+        return "timestamp", text
+    else:
+        return ("merge" if tag == _MERGE_TAG else "str"), text
+    kind = {bool: "bool", type(None): "null", int: "int", float: "float", str: "str"}[type(value)]
+    return kind, value
+
+
+def _construct_tagged(loader: _StrictLoader, node: yaml.Node) -> Any:
+    """A scalar under one of the tags go-yaml resolves (plain ones resolve here too): the value
+    when its text, read plainly, is of that kind; else a RefusedTag (Helm refuses the file)."""
+    want = node.tag[len(_TAG_PREFIX):]
+    if not isinstance(node, yaml.ScalarNode):
+        return _unknown_tag(loader, node)
+    if want == "str":
+        return node.value
+    kind, value = _plain_kind(loader, node.value)
+    if kind == want or (want == "float" and kind == "int"):
+        return float(value) if want == "float" else value
+    return RefusedTag(f"{_short(node.tag)} {node.value!r} is not {_TAG_KINDS[want]}, so Helm refuses the file too; "
+                      "remove the tag, or correct the value")
+
+
+def _unknown_tag(loader: _StrictLoader, node: yaml.Node) -> RefusedTag:
+    """Any other tag (`!!binary`, `!!set`, `!!python/...`, `!custom`), or a tag on the wrong kind
+    of node (`!!map abc`): Helm would drop it silently (or decode base64), which is never what
+    the writer meant."""
+    if node.tag in (_TAG_PREFIX + "map", _TAG_PREFIX + "seq"):
+        what = {yaml.ScalarNode: "a plain value", yaml.SequenceNode: "a list"}.get(type(node), "a mapping")
+        return RefusedTag(f"the YAML tag {_short(node.tag)} is on {what}, which it does not fit (Helm would drop "
+                          "it); remove it")
+    if not isinstance(node, yaml.ScalarNode):
+        what = "list" if isinstance(node, yaml.SequenceNode) else "mapping"
+        return RefusedTag(f"the YAML tag {_short(node.tag)} is on a {what}, which takes no tag (Helm would drop it); "
+                          "remove it")
+    return RefusedTag(f"the YAML tag {_short(node.tag)} is not accepted (Helm would drop it and read the text as "
+                      "written); remove it: torchdag reads plain values and the tags !!str, !!int, !!float, "
+                      "!!bool, !!null and !!timestamp")
+
+
+for _name in ("str", "int", "float", "bool", "null", "timestamp"):
+    _StrictLoader.add_constructor(_TAG_PREFIX + _name, _construct_tagged)
+for _name in ("binary", "set", "omap", "pairs"):
+    _StrictLoader.add_constructor(_TAG_PREFIX + _name, _unknown_tag)
+_StrictLoader.add_constructor(None, _unknown_tag)
 
 
 def _children(node: yaml.Node) -> list:

@@ -29,6 +29,11 @@ The catalogue as JSON; read it with `include "torchdag.catalog" . | fromJson`. *
       "resource": "nvidia.com/gpu"
     }
   },
+  "argoStatus": {
+    "maxBytes": 1048576,
+    "perAttempt": 1024,
+    "perPod": 96
+  },
   "ascendMounts": [
     {
       "hostPath": "{driver}/lib64",
@@ -211,6 +216,18 @@ The catalogue as JSON; read it with `include "torchdag.catalog" . | fromJson`. *
         ]
       }
     ],
+    "fieldEnv": [
+      {
+        "if": [
+          "podNetwork",
+          "ifIpDevice"
+        ],
+        "value": [
+          "HCCL_IF_IP",
+          "status.podIP"
+        ]
+      }
+    ],
     "launcherArgs": [
       "--nnodes={nnodes}",
       "--node_rank={input:node-rank}",
@@ -280,7 +297,24 @@ The catalogue as JSON; read it with `include "torchdag.catalog" . | fromJson`. *
         "value": "--nic=auto"
       },
       "--device={device}",
-      "--timeout={preflightTimeout}",
+      {
+        "unless": [
+          "podNetwork"
+        ],
+        "value": "--timeout={preflightTimeout}"
+      },
+      {
+        "if": [
+          "podNetwork"
+        ],
+        "value": "--timeout={rendezvousWait}"
+      },
+      {
+        "if": [
+          "podNetwork"
+        ],
+        "value": "--wait-for-name"
+      },
       "--exec"
     ],
     "shapeName": "{accelerator}-x{devices}",
@@ -497,6 +531,7 @@ The catalogue as JSON; read it with `include "torchdag.catalog" . | fromJson`. *
     "node-duplicate-address": "'{address}' is also the address of nodes[{first}]; each node needs its own address",
     "node-duplicate-name": "'{name}' duplicates nodes[{first}].name; each machine is listed once",
     "node-two-masters": "more than one master: nodes[{first}] is the master already; at most one node may set master: true",
+    "resources-request-over-limit": "is {request}, above its limit {limit}: Kubernetes refuses a container that requests more than its limit; lower the request or raise the limit",
     "string-argo-braces": "{shown} contains '{{ "{{" }}', which Argo would read as a placeholder and cannot escape; remove it",
     "string-control": "{subject}contains a control character (DEL, U+0080-U+009F, U+FFFE or U+FFFF), which YAML cannot carry; remove it",
     "string-nul": "{subject}contains a NUL character, which no process argument or environment value can carry",
@@ -505,6 +540,34 @@ The catalogue as JSON; read it with `include "torchdag.catalog" . | fromJson`. *
     "volume-on-driver": "{shown} is where torchdag mounts the Ascend driver ({mount}); set ascend.mountDriver: false to mount the driver yourself",
     "volume-on-shm": "{shown} is /dev/shm, which torchdag mounts (shmSize); set shmSize: \"\" to mount your own"
   },
+  "network": {
+    "masterAddress": "node-0.{run}.{{ "{{" }}workflow.namespace}}.svc.{clusterDomain}",
+    "podSpecPatch": [
+      "hostname: \"node-{{ "{{" }}inputs.parameters.node-rank}}\"",
+      "subdomain: \"{run}\""
+    ],
+    "rendezvousDefault": 900,
+    "run": "{{ "{{" }}workflow.name}}",
+    "runLabel": "torchdag.io/run",
+    "service": [
+      "apiVersion: \"v1\"",
+      "kind: \"Service\"",
+      "metadata:",
+      "  name: \"{run}\"",
+      "  labels:",
+      "    \"torchdag.io/job\": {job}",
+      "spec:",
+      "  clusterIP: \"None\"",
+      "  publishNotReadyAddresses: true",
+      "  selector:",
+      "    \"{runLabel}\": \"{run}\"",
+      "  ports:",
+      "  - name: \"rendezvous\"",
+      "    port: {port}",
+      "    protocol: \"TCP\""
+    ],
+    "task": "service"
+  },
   "nullMessage": "is null, which would delete {default}; remove the line to keep the default, or give a value",
   "plannedLauncherFlags": [
     "rdzv_backend",
@@ -512,6 +575,27 @@ The catalogue as JSON; read it with `include "torchdag.catalog" . | fromJson`. *
     "rdzv_id",
     "standalone"
   ],
+  "quantity": {
+    "divide": {
+      "m": 1000,
+      "n": 1000000000,
+      "u": 1000000
+    },
+    "multiply": {
+      "E": 1000000000000000000,
+      "Ei": 1152921504606846976,
+      "G": 1000000000,
+      "Gi": 1073741824,
+      "Ki": 1024,
+      "M": 1000000,
+      "Mi": 1048576,
+      "P": 1000000000000000,
+      "Pi": 1125899906842624,
+      "T": 1000000000000,
+      "Ti": 1099511627776,
+      "k": 1000
+    }
+  },
   "setEnvWrapper": "set_env=\"$1\"; shift; if [ ! -r \"$set_env\" ]; then echo \"torchdag: cannot read $set_env (ascend.setEnvScript)\"; exit 127; fi; . \"$set_env\"; exec -- \"$@\"",
   "shmVolume": {
     "mountPath": "/dev/shm",
@@ -525,6 +609,12 @@ The catalogue as JSON; read it with `include "torchdag.catalog" . | fromJson`. *
     "lines": [
       "torchdag job {name}: {count} node(s), world size {worldSize}, backend {backend} ({reason})",
       "master: {master} (rank 0) at {address}:{port}",
+      {
+        "if": [
+          "podNetwork"
+        ],
+        "value": "network: pod (headless Service {run}; rank R answers as node-R.{run}); no host network, no host ports"
+      },
       "gang scheduling: {gang}; whole-job restarts: {restarts}",
       {
         "if": [

@@ -38,6 +38,15 @@ app.kubernetes.io/managed-by: {{ .Release.Service | quote }}
 {{- else }}{{ toJson (float64 .) }}{{ end -}}
 {{- end -}}
 
+{{/* validate.quantity_value(): a quantity as a number, the suffix's factor multiplied or divided (catalogue `quantity`). Takes (list $catalog quantity). */}}
+{{- define "torchdag.quantityValue" -}}
+{{- $text := toString (index . 1) -}}
+{{- $suffix := regexFind "([KMGTPE]i|[numkMGTPE])$" $text -}}
+{{- $scale := (index . 0).quantity -}}
+{{- if hasKey $scale.divide $suffix }}{{ divf (float64 (trimSuffix $suffix $text)) (index $scale.divide $suffix) }}
+{{- else }}{{ mulf (float64 (trimSuffix $suffix $text)) (index $scale.multiply $suffix | default 1) }}{{ end -}}
+{{- end -}}
+
 {{/* yamlout.toleration(): one toleration as a flow mapping; the schema fixes its fields. */}}
 {{- define "torchdag.toleration" -}}
 {{- $toleration := . -}}
@@ -98,7 +107,7 @@ and last four rows of a large job. Takes (dict "plan" "values" "short" "prefix")
 {{- $scheduling := $v.scheduling -}}
 {{- $gang := dict "gang" $scheduling.gang "timeout" (printf "%d" (int64 $scheduling.timeout)) "queue" (include "torchdag.fill" (dict "text" (ternary $texts.queue.some $texts.queue.none (not (empty $scheduling.queue))) "fields" $scheduling)) -}}
 {{- $hccl := ternary "0" (include "torchdag.hcclExecTimeout" (dict "catalog" $plan.catalog "seconds" $pg)) (empty $pg) -}}
-{{- $facts := dict "name" $v.name "count" $count "worldSize" $plan.worldSize "backend" $plan.backend "reason" $plan.backendReason "master" $plan.master.name "address" $plan.master.address "port" (int64 $v.port) -}}
+{{- $facts := dict "name" $v.name "count" $count "worldSize" $plan.worldSize "backend" $plan.backend "reason" $plan.backendReason "master" $plan.master.name "address" $plan.masterAddress "port" (int64 $v.port) "podNetwork" (not (empty $plan.network)) "run" $plan.catalog.network.run -}}
 {{- $_ := merge $facts (dict "gang" (include "torchdag.fill" (dict "text" (ternary $texts.gang.none $texts.gang.some (eq $scheduling.gang "none")) "fields" $gang)) "restarts" (int64 $v.failurePolicy.maxRestarts) "hcclExecTimeout" $hccl "pgTimeout" (int64 $pg)) -}}
 {{- $_ := merge $facts (dict "step" (int64 $plan.catalog.hcclExecTimeout.step) "max" (int64 $plan.catalog.hcclExecTimeout.max)) -}}
 {{- range $plan.shapes }}{{ if and $pg (index $plan.catalog.devices .device).ascend (ne $hccl (printf "%d" (int64 $pg))) }}{{ $_ := set $facts "hcclRounded" true }}{{ end }}{{ end -}}

@@ -121,8 +121,16 @@ def _prepare_task(task: dict, template: dict, dag_scope: dict[str, str], options
         raise LocalRunError(f"{name}: template {template['name']!r} has no container; "
                             "localrun runs container templates only")
     container = template["container"]
+    notes: list[str] = []
+    env_entries = []
     for entry in container.get("env") or []:
-        if "value" not in entry:
+        field = ((entry.get("valueFrom") or {}).get("fieldRef") or {}).get("fieldPath")
+        if "value" in entry:
+            env_entries.append(entry)
+        elif field == "status.podIP":  # the pod network's HCCL_IF_IP: this machine stands in for the pod
+            notes.append(f"env {entry['name']}: the pod's IP (status.podIP) -> 127.0.0.1")
+            env_entries.append({"name": entry["name"], "value": "127.0.0.1"})
+        else:
             raise LocalRunError(f"{name}: env {entry.get('name')}: valueFrom cannot be resolved outside Kubernetes")
 
     # Argo: task arguments are resolved in the DAG's scope, then fill the inputs;
@@ -136,7 +144,7 @@ def _prepare_task(task: dict, template: dict, dag_scope: dict[str, str], options
         scope.update({f"inputs.parameters.{k}": v for k, v in params.items()})
         command = [argo_substitute(str(w), scope) for w in container.get("command") or []]
         args = [argo_substitute(str(w), scope) for w in container.get("args") or []]
-        raw_env = [(e["name"], argo_substitute(str(e["value"]), scope)) for e in container.get("env") or []]
+        raw_env = [(e["name"], argo_substitute(str(e["value"]), scope)) for e in env_entries]
         working_dir = argo_substitute(str(container["workingDir"]), scope) if container.get("workingDir") else None
     except UnresolvedTag as err:
         raise LocalRunError(f"{name}: {err} (Argo would fail this workflow)", EXIT_INVALID) from None
@@ -145,7 +153,6 @@ def _prepare_task(task: dict, template: dict, dag_scope: dict[str, str], options
     env_list = kube_container_env(raw_env)
     command, args = kube_command(command, dict(env_list)), kube_command(args, dict(env_list))
 
-    notes: list[str] = []
     if params.get("host"):
         notes.append(f"node affinity kubernetes.io/hostname={params['host']} ignored: runs on this machine")
     mapped, env_out, cwd, device = localize(command, args, env_list, working_dir, container, options, notes)
@@ -170,7 +177,7 @@ def _prepare_tasks(doc: dict, options: Options, scope: dict[str, str], restart: 
     for task in tasks:
         if task["name"] in skipped:
             continue
-        depends = set(task.get("dependencies") or []) | ({task["depends"]} if task.get("depends") else set())
+        depends = set(task.get("dependencies") or []) | set((task.get("depends") or "").split(" && ")) - {""}
         if depends - skipped:
             raise LocalRunError(f"{task['name']}: has dependencies; localrun starts every task at once, "
                                 "as torchdag renders them")
@@ -183,6 +190,10 @@ def _prepare_tasks(doc: dict, options: Options, scope: dict[str, str], restart: 
     return out
 
 
+# The pod network's headless Service (network.mode: pod), skipped like the gang's tasks.
+SERVICE_TASK = "creates the run's headless Service"
+
+
 def gang_task(task: dict, templates: dict[str, dict]) -> str | None:
     """What a DAG task of gang scheduling does on a cluster (scheduling.gang), or None for a
     training task: the resource template that creates the PodGroup, or the gang watch."""
@@ -190,6 +201,8 @@ def gang_task(task: dict, templates: dict[str, dict]) -> str | None:
     manifest = (template.get("resource") or {}).get("manifest") or ""
     if "\nkind: \"PodGroup\"\n" in "\n" + manifest:
         return "creates the gang's PodGroup"
+    if "\nkind: \"Service\"\n" in "\n" + manifest:
+        return SERVICE_TASK
     if ((template.get("metadata") or {}).get("labels") or {}).get("torchdag.io/role") == "gang-watch":
         return "watches that the gang is placed in time"
     return None
@@ -198,8 +211,10 @@ def gang_task(task: dict, templates: dict[str, dict]) -> str | None:
 def _gang_notes(doc: dict) -> list[str]:
     """What gang scheduling would do on a cluster, and that this runner does not."""
     _, dag, templates = _dag(doc)
-    notes = [f"ignored: task {t['name']} ({gang_task(t, templates)}: gang scheduling is not simulated; "
-             "every node starts here at once)" for t in dag.get("tasks") or [] if gang_task(t, templates)]
+    notes = [f"ignored: task {t['name']} ({gang_task(t, templates)}: " + (
+             "every pod name is 127.0.0.1 here)" if gang_task(t, templates) == SERVICE_TASK else
+             "gang scheduling is not simulated; every node starts here at once)")
+             for t in dag.get("tasks") or [] if gang_task(t, templates)]
     for template in templates.values():
         metadata = template.get("metadata") or {}
         marks = {**(metadata.get("labels") or {}), **(metadata.get("annotations") or {})}

@@ -1,0 +1,118 @@
+"""Issue 18 (the front door, round 3), items 8-11: what both renderers refuse, one line
+naming the field (render.py) or an error at the field (helm), and what both accept the same
+way. The cases are in tests/fit_cases.py."""
+
+from __future__ import annotations
+
+import pytest
+from fit_cases import FIT_CASES
+from test_chart_parity import assert_same_workflow  # the comparison, not its tests
+
+from chart_helpers import argo_document, documents, helm_spellings, helm_template
+from torchdag.cli import main
+
+
+@pytest.mark.parametrize("case", FIT_CASES, ids=str)
+def test_render_py_refuses_naming_the_field(case, tmp_path, capsys):
+    values = tmp_path / "cluster.yaml"
+    values.write_text(case.text, encoding="utf-8")
+    out = tmp_path / "out" / "workflow.yaml"
+    assert main([str(values), "-o", str(out)]) == 2
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if not line.startswith("warning:")]
+    assert any(line.startswith(f"{values}: {case.field}: ") and case.fragment in line for line in lines), err
+    assert not out.parent.exists()
+
+
+@pytest.mark.parametrize("case", FIT_CASES, ids=str)
+def test_helm_refuses_naming_the_field(helm, case, tmp_path):
+    path = tmp_path / "values.yaml"
+    path.write_text(case.text, encoding="utf-8")
+    result = helm_template(helm, path)
+    assert result.returncode != 0, f"helm accepted {case.id}:\n{result.stdout[:2000]}"
+    assert any(spelling in result.stderr for spelling in helm_spellings(case.field)), result.stderr
+
+
+# --- item 10: addresses ----------------------------------------------------------------------
+
+def test_the_schema_and_the_catalogue_read_ipv4_alike():
+    """The plan decides HCCL_IF_IP with the catalogue's pattern, the schema refuses with its own."""
+    from torchdag.catalog import catalog
+    from torchdag.values import load_schema
+
+    assert load_schema()["$defs"]["ipv4"]["pattern"] == catalog()["ipv4"]
+
+
+NUMERIC_CASES = ["10.30.0.2", "0.0.0.0", "255.255.255.255", "10.30.0.256", "10.30.0.02", "1.2.3", "1", "0x7f.1",
+                 "01.2.3.4", "1.2.3.4.5", "300.1.1.1"]
+
+
+@pytest.mark.parametrize("address", NUMERIC_CASES)
+def test_a_numeric_address_is_accepted_exactly_when_python_reads_it_as_ipv4(address, tmp_path):
+    """Python's ipaddress (strict: no leading zeros, four parts) is the oracle for the schema's rule."""
+    import ipaddress
+
+    from torchdag.pipeline import valid_values
+    from torchdag.problems import ValuesError
+
+    try:
+        ipaddress.IPv4Address(address)
+        expected = True
+    except ValueError:
+        expected = False
+    values = tmp_path / "cluster.yaml"
+    values.write_text(f"name: t\nimage: i\nscript: /t.py\nnodes:\n  - {{name: a, address: '{address}'}}\n")
+    try:
+        valid_values(values)
+        accepted = True
+    except ValuesError:
+        accepted = False
+    assert accepted == expected
+
+
+def test_a_valid_quad_keeps_hccl_if_ip_in_both(helm, tmp_path):
+    from torchdag.pipeline import build
+
+    values = tmp_path / "cluster.yaml"
+    values.write_text("name: t\nimage: i\nscript: /t.py\nnodes:\n"
+                      "  - {name: a, address: 10.30.0.2, nic: eth0, accelerator: ascend910}\n"
+                      "  - {name: b, address: node-b.example, nic: eth0, accelerator: ascend910}\n")
+    result = helm_template(helm, values)
+    assert result.returncode == 0, result.stderr
+    for text in (build(values), result.stdout):
+        workflow = argo_document(text)
+        tasks = {task["name"]: task for task in workflow["spec"]["templates"][0]["dag"]["tasks"]}
+        assert {p["name"]: p["value"] for p in tasks["node-0"]["arguments"]["parameters"]}["if-ip"] == "10.30.0.2"
+        assert "HCCL_IF_IP" in str(workflow["spec"]["templates"])
+
+
+# --- item 9: the chart's RBAC --------------------------------------------------------------
+
+RBAC_BASE = "name: t\nimage: i\nscript: /t.py\nnodes: [{name: a}]\nrbac: {create: true}\n"
+
+
+@pytest.mark.parametrize("extra, subjects", [
+    ("automountServiceAccountToken: false\nexecutorServiceAccountName: argo-exec\n", ["argo-exec"]),
+    ("serviceAccountName: trainer\nexecutorServiceAccountName: argo-exec\n", ["argo-exec", "trainer"]),
+    ("serviceAccountName: trainer\n", ["trainer"]),
+])
+def test_the_role_binding_names_the_accounts_that_call_the_api(helm, extra, subjects, tmp_path):
+    """Both renderers accept these with the same spec; the RoleBinding names the executor's
+    account when there is one, and the pods' account while they mount a token."""
+    values = tmp_path / "values.yaml"
+    values.write_text(RBAC_BASE + extra, encoding="utf-8")
+    assert_same_workflow(helm, values)
+    result = helm_template(helm, values)
+    binding = next(doc for doc in documents(result.stdout) if doc["kind"] == "RoleBinding")
+    assert [subject["name"] for subject in binding["subjects"]] == subjects
+
+
+def test_the_executor_account_is_rendered_with_the_token_mounted_too(tmp_path):
+    """Argo reads spec.executor.serviceAccountName whatever automountServiceAccountToken says:
+    an account the user names is never dropped."""
+    from torchdag.pipeline import build
+
+    values = tmp_path / "values.yaml"
+    values.write_text(RBAC_BASE + "serviceAccountName: trainer\nexecutorServiceAccountName: argo-exec\n")
+    spec = argo_document(build(values))["spec"]
+    assert spec["executor"] == {"serviceAccountName": "argo-exec"} and "automountServiceAccountToken" not in spec
