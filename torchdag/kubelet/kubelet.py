@@ -53,6 +53,7 @@ class Kubelet:
         self.out = out or sys.stderr
         self.base_env = dict(os.environ)
         self.bin_dir = str(Path(sys.executable).parent)
+        self.run_id = f"kubelet-{os.getpid()}-{time.time_ns()}"
         self.keeper = NodeKeeper(api, nodes, lease_every=lease_every, say=self.say)
         self.workers: dict[str, PodWorker] = {}  # uid -> worker (finished ones kept: not run twice)
         self.deleting: set[str] = set()  # uids whose pod is being deleted

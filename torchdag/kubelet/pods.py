@@ -215,7 +215,7 @@ class PodWorker:
         env = process_env(self.k.base_env, self.k.bin_dir, run.env)
         if run.role == "argoexec":  # `argoexec init` copies itself from PATH into /var/run/argo
             env["PATH"] = str(Path(run.argv[0]).parent) + ":" + env["PATH"]
-        marker = f"{self.uid}/{run.name}"
+        marker = f"{self.k.run_id}/{self.uid}/{run.name}"  # unique per kubelet: finds this container's orphans
         env[MARKER_ENV] = marker
         argv = wrap(run.argv, binds)
         for note in notes:
