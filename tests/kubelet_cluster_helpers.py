@@ -25,15 +25,20 @@ def kubeconfig_for(request) -> Path:
     given = os.environ.get(KUBECONFIG_ENV)
     if given:
         return Path(given)
-    return request.getfixturevalue("local_cluster").kubeconfig
+    try:
+        return request.getfixturevalue("local_cluster").kubeconfig
+    except pytest.FixtureLookupError:
+        pytest.fail(f"needs the local cluster (the local_cluster fixture of tests/cluster_helpers.py) or "
+                    f"{KUBECONFIG_ENV}=<kubeconfig of a running cluster>", pytrace=False)
 
 
-def register_nodes(api: Kube, names: list[str], extra: dict | None = None) -> None:
+def register_nodes(api: Kube, names: list[str], extra: dict | None = None, labels: dict | None = None) -> None:
     for name in names:
-        allocatable = {"cpu": "8", "memory": "16Gi", "pods": "20", **(extra or {})}
+        allocatable = {"cpu": "64", "memory": "256Gi", "pods": "110", **(extra or {})}  # as make cluster-nodes
         api.request("POST", "/api/v1/nodes", body={
             "apiVersion": "v1", "kind": "Node",
-            "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, "torchdag.io/test": "kubelet"}}})
+            "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, "torchdag.io/test": "kubelet",
+                                                  **(labels or {})}}})
         api.request("PATCH", f"/api/v1/nodes/{name}/status", content_type="application/merge-patch+json", body={
             "status": {"capacity": allocatable, "allocatable": allocatable,
                        "addresses": [{"type": "InternalIP", "address": "127.0.0.1"}],
@@ -51,12 +56,13 @@ def delete_nodes(api: Kube, names: list[str]) -> None:
 
 
 class KubeletProcess:
-    def __init__(self, kubeconfig: Path, nodes: list[str], state_dir: Path, *extra: str):
+    def __init__(self, kubeconfig: Path, nodes: list[str] | str, state_dir: Path, *extra: str):
         self.state_dir = state_dir
         self.log = state_dir / "kubelet.log"
         state_dir.mkdir(parents=True, exist_ok=True)
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "torchdag.kubelet", "--kubeconfig", str(kubeconfig), "--nodes", ",".join(nodes),
+            [sys.executable, "-m", "torchdag.kubelet", "--kubeconfig", str(kubeconfig),
+             *(["--selector", nodes] if isinstance(nodes, str) else ["--nodes", ",".join(nodes)]),
              "--state-dir", str(state_dir), *extra],
             cwd=REPO, stdout=open(self.log, "wb"), stderr=subprocess.STDOUT, start_new_session=True)
 

@@ -179,3 +179,26 @@ def test_argo_terminate_signals_the_running_pod(setup):
     main = next(c for c in ended["status"]["containerStatuses"] if c["name"] == "main")
     assert main["state"]["terminated"]["exitCode"] == 143, dump(ended["status"])
     assert "workflow shutdown with strategy Terminate" in kubelet.text()
+
+
+def test_selector_serves_nodes_registered_later(kube, request, tmp_path):
+    label = unique("sel")
+    kubelet = KubeletProcess(kubeconfig_for(request), f"torchdag.io/test-group={label}", tmp_path / "state")
+    node = unique("kl-late")
+    namespace = "default"
+    try:
+        wait_for("the kubelet to start", lambda: "serving 0 node(s)" in kubelet.text(), kubelet=kubelet)
+        register_nodes(kube, [node], labels={"torchdag.io/test-group": label})
+        kube.request("POST", pod_path(namespace), body={
+            "metadata": {"name": node},
+            "spec": {"restartPolicy": "Never", "nodeSelector": {"kubernetes.io/hostname": node},
+                     "automountServiceAccountToken": False,
+                     "containers": [{"name": "main", "image": "x", "command": ["true"]}]}})
+        pod = wait_for("the pod on the later Node to end", lambda: phase_of(kube, namespace, node, ("Succeeded",)),
+                       timeout=60, kubelet=kubelet)
+        assert pod["spec"]["nodeName"] == node
+        assert f"serving node {node}" in kubelet.text()
+    finally:
+        kubelet.stop()
+        kube.request("DELETE", pod_path(namespace, node))
+        delete_nodes(kube, [node])

@@ -10,6 +10,7 @@ import time
 
 import pytest
 
+from torchdag.kubelet import pods as pods_module
 from torchdag.kubelet.kubelet import Kubelet
 from torchdag.kubelet.pods import PodWorker
 from torchdag.kubelet.sandbox import Sandbox, can_mount, wrap
@@ -209,3 +210,18 @@ def test_workflow_stop_reasons():
     start = 1_796_212_800.0  # 2026-12-02T12:00:00Z
     assert stop_reason(late, running, start + 5) is None
     assert "activeDeadlineSeconds" in stop_reason(late, running, start + 11)
+
+
+def test_on_failure_restarts_with_back_off(tmp_path, monkeypatch):
+    monkeypatch.setattr(pods_module, "BACKOFF_FIRST", 0.3)
+    kubelet, api = make_kubelet(tmp_path)
+    counter = tmp_path / "runs"
+    p = pod(sh("main", f"n=$(cat {counter} 2>/dev/null || echo 0); echo $((n+1)) > {counter}; [ $n -ge 1 ]"))
+    p["spec"]["restartPolicy"] = "OnFailure"
+    run(kubelet, p)
+    final = api.statuses[-1]["containerStatuses"][0]
+    assert api.statuses[-1]["phase"] == "Succeeded" and final["restartCount"] == 1
+    assert final["lastState"]["terminated"]["exitCode"] == 1
+    assert any(s["containerStatuses"][0]["state"].get("waiting", {}).get("reason") == "CrashLoopBackOff"
+               for s in api.statuses)
+    assert counter.read_text() == "2\n"

@@ -12,7 +12,7 @@ from ..localrun.cli import _parse_map
 from ..localrun.mapping import CHECKOUT
 from ..localrun.prepare import Options
 from .api import Kube
-from .kubelet import Kubelet
+from .kubelet import Kubelet, Recorder
 from .sandbox import can_mount
 from .workflows import WorkflowWatch
 
@@ -26,7 +26,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--kubeconfig", required=True, help="kubeconfig of the API server (e.g. .cluster/kubeconfig)")
     nodes = p.add_mutually_exclusive_group(required=True)
     nodes.add_argument("--nodes", help="comma-separated Node names this kubelet serves")
-    nodes.add_argument("--selector", help="serve every Node matching this label selector (read at start)")
+    nodes.add_argument("--selector", help="serve every Node matching this label selector (looked up every 10 s)")
     p.add_argument("--state-dir", default=None,
                    help="pods' files and logs/<namespace>/<pod>/<container>.log "
                         "(default: the kubeconfig's folder, e.g. .cluster)")
@@ -43,6 +43,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "(default); 'real' = run `argoexec wait` (needs RBAC for workflowtaskresults)")
     p.add_argument("--no-exec", action="store_true",
                    help="benchmarks: report every pod Running, then Succeeded, without starting processes")
+    p.add_argument("--record", metavar="FILE",
+                   help="with --no-exec: append each container's process as it would start (argv, env, cwd; "
+                        "JSON lines) to FILE")
     p.add_argument("--no-exec-seconds", type=float, default=0.0, metavar="S",
                    help="with --no-exec: seconds between Running and Succeeded (default 0)")
     p.add_argument("--lease-every", type=float, default=10.0, metavar="S",
@@ -58,10 +61,13 @@ def resolve_nodes(api: Kube, args) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.record and not args.no_exec:
+        parser.error("--record goes with --no-exec")
     api = Kube(args.kubeconfig)
     nodes = resolve_nodes(api, args)
-    if not nodes:
+    if not nodes and not args.selector:
         print(f"error: no Nodes to serve ({args.nodes or args.selector!r})", file=sys.stderr)
         return 2
     state_dir = Path(args.state_dir) if args.state_dir else Path(args.kubeconfig).resolve().parent
@@ -70,7 +76,8 @@ def main(argv: list[str] | None = None) -> int:
         options.address, options.nic = None, None
     argoexec = args.argoexec if Path(args.argoexec).exists() else None
     kubelet = Kubelet(api, nodes, state_dir=state_dir, options=options, argoexec=argoexec, wait=args.wait,
-                      no_exec=args.no_exec, no_exec_seconds=args.no_exec_seconds, lease_every=args.lease_every)
+                      no_exec=args.no_exec, no_exec_seconds=args.no_exec_seconds, lease_every=args.lease_every,
+                      record=Recorder(args.record) if args.record else None)
     missing = kubelet.keeper.load()
     if missing:
         print(f"error: no such Node: {', '.join(missing)} (register them first: make cluster-nodes)", file=sys.stderr)
@@ -92,6 +99,9 @@ def main(argv: list[str] | None = None) -> int:
     kubelet.keeper.beat_all(status=True)
     threads = [threading.Thread(target=kubelet.keeper.run, name="heartbeats", daemon=True),
                threading.Thread(target=kubelet.watch_pods, name="pod watch", daemon=True)]
+    if args.selector:
+        threads.append(threading.Thread(target=kubelet.follow_selector, args=(args.selector,), name="nodes",
+                                        daemon=True))
     if not args.no_exec:
         flows = WorkflowWatch(kubelet)
         threads += [threading.Thread(target=flows.watch, name="workflow watch", daemon=True),

@@ -4,6 +4,7 @@ in for what Argo does through pods/exec (workflows.py)."""
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import threading
@@ -22,10 +23,23 @@ from .translate import PodContext
 TERMINAL = ("Succeeded", "Failed")
 
 
+class Recorder:
+    """JSON lines, one per container, written whole under a lock (pods finish on many threads)."""
+
+    def __init__(self, path: str):
+        self.file = open(path, "a", encoding="utf-8")
+        self.lock = threading.Lock()
+
+    def write(self, entry: dict) -> None:
+        with self.lock:
+            self.file.write(json.dumps(entry) + "\n")
+            self.file.flush()
+
+
 class Kubelet:
     def __init__(self, api: Kube, nodes: list[str], *, state_dir: Path, options: Options,
                  argoexec: str | None = None, wait: str = "report", no_exec: bool = False,
-                 no_exec_seconds: float = 0.0, lease_every: float = 10.0, out=None):
+                 no_exec_seconds: float = 0.0, lease_every: float = 10.0, out=None, record=None):
         self.api = api
         self.nodes = set(nodes)
         self.state_dir = state_dir
@@ -35,9 +49,11 @@ class Kubelet:
         self.wait = wait
         self.no_exec = no_exec
         self.no_exec_seconds = no_exec_seconds
+        self.record = record  # a Recorder (--record): what each container would start
         self.out = out or sys.stderr
         self.base_env = dict(os.environ)
         self.bin_dir = str(Path(sys.executable).parent)
+        self.run_id = f"kubelet-{os.getpid()}-{time.time_ns()}"
         self.keeper = NodeKeeper(api, nodes, lease_every=lease_every, say=self.say)
         self.workers: dict[str, PodWorker] = {}  # uid -> worker (finished ones kept: not run twice)
         self.deleting: set[str] = set()  # uids whose pod is being deleted
@@ -167,6 +183,29 @@ class Kubelet:
                     return
                 self.say(f"pod watch: {str(err).splitlines()[0]}; listing again")
                 time.sleep(1)
+
+    def follow_selector(self, selector: str, every: float = 10.0) -> None:
+        """--selector: Nodes registered later are served too (their already-bound pods
+        started), Nodes deleted are dropped."""
+        while not self.stopping.wait(every):
+            try:
+                listed = self.api.request("GET", "/api/v1/nodes", query={"labelSelector": selector})
+            except Exception as err:  # noqa: BLE001
+                self.say(f"node list: {str(err).splitlines()[0]}")
+                continue
+            found = {n["metadata"]["name"]: n for n in listed["items"]}
+            for name in sorted(set(found) - self.nodes):
+                self.keeper.info[name] = found[name]
+                self.keeper.nodes.append(name)
+                self.nodes.add(name)
+                self.say(f"serving node {name} (matches {selector})")
+                pods = self.api.request("GET", "/api/v1/pods", query={"fieldSelector": f"spec.nodeName={name}"})
+                for pod in pods["items"]:
+                    self.on_pod("ADDED", pod)
+            for name in sorted(self.nodes - set(found)):
+                self.nodes.discard(name)
+                self.keeper.nodes.remove(name)
+                self.say(f"node {name} is gone: no longer served")
 
     # -- lifecycle
 

@@ -101,7 +101,7 @@ class NodeKeeper:
             except Exception as err:  # noqa: BLE001 -- said, and tried again next round
                 self.say(f"node {node}: heartbeat failed: {str(err).splitlines()[0]}")
                 return False
-        return sum(1 for ok in self.pool.map(one, self.nodes) if not ok)
+        return sum(1 for ok in self.pool.map(one, list(self.nodes)) if not ok)
 
     def run(self) -> None:
         last_status = 0.0

@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from .kubelet import Kubelet
 
 POLL = 0.2
+BACKOFF_FIRST, BACKOFF_MAX = 10.0, 300.0  # kubelet's container restart back-off
 TOKEN_SECONDS = 86400
 
 
@@ -93,7 +94,10 @@ class PodWorker:
             self.k.pod_done(self)
 
     def _complete_without_processes(self) -> None:
-        """--no-exec (benchmarks): Running, then Succeeded; nothing is started."""
+        """--no-exec (benchmarks): Running, then Succeeded; nothing is started. With
+        --record, each container's process as it would start is written down first."""
+        if self.k.record is not None:
+            self._record()
         for c in self.state.inits:
             c.start(None, self.state.node)
             c.finish(0, "not run: --no-exec")
@@ -105,6 +109,19 @@ class PodWorker:
         for c in self.state.mains:
             c.finish(0, "not run: --no-exec")
         self.push()
+
+    def _record(self) -> None:
+        meta = self.pod["metadata"]
+        base = {"namespace": self.namespace, "pod": self.name, "node": self.state.node,
+                "annotations": meta.get("annotations") or {}, "labels": meta.get("labels") or {}}
+        try:
+            inits, mains = plan_pod(self.pod, self.k.context_for(self.pod))
+        except PodError as err:
+            self.k.record.write(dict(base, error=str(err)))
+            return
+        for run in inits + mains:
+            self.k.record.write(dict(base, container=run.name, init=run.init, role=run.role, argv=run.argv,
+                                     env=run.env, cwd=run.cwd, device=run.device, notes=run.notes))
 
     def _plan(self) -> tuple[list[ContainerRun], list[ContainerRun]] | None:
         """The containers as they will start; while one cannot (a missing ConfigMap), the
@@ -198,7 +215,7 @@ class PodWorker:
         env = process_env(self.k.base_env, self.k.bin_dir, run.env)
         if run.role == "argoexec":  # `argoexec init` copies itself from PATH into /var/run/argo
             env["PATH"] = str(Path(run.argv[0]).parent) + ":" + env["PATH"]
-        marker = f"{self.uid}/{run.name}"
+        marker = f"{self.k.run_id}/{self.uid}/{run.name}"  # unique per kubelet: finds this container's orphans
         env[MARKER_ENV] = marker
         argv = wrap(run.argv, binds)
         for note in notes:
@@ -222,12 +239,23 @@ class PodWorker:
                    f"{shlex.join(run.argv)} > {log_path}")
 
     def _wait(self, states: dict[str, ContainerState]) -> None:
-        """Until every container in states has ended; each end reported at once."""
-        while any(s.running for s in states.values()):
+        """Until every container in states has ended for good; each change reported at once."""
+        while any(s.running or s.restart_at is not None for s in states.values()):
             time.sleep(POLL)
             with self.lock:
                 kill = self.kill_at is not None and time.monotonic() >= self.kill_at
+                stopping = self.stop_reason is not None
             for name, state in states.items():
+                if state.restart_at is not None:
+                    if stopping:
+                        state.restart_at = None
+                        state.finish(*self._last_exit(state))
+                        self.push()
+                    elif time.monotonic() >= state.restart_at:
+                        state.restart_at = None
+                        self._start(state.run, state)  # type: ignore[attr-defined]
+                        self.push()
+                    continue
                 if not state.running:
                     continue
                 popen, tree = self.popens[name], self.trees[name]
@@ -238,7 +266,25 @@ class PodWorker:
                     continue
                 tree.signal(signal.SIGKILL)  # the container's other processes die with it
                 self._finished(name, state, popen.returncode)
+                if not stopping and self._restarts(state):
+                    backoff = min(BACKOFF_MAX, BACKOFF_FIRST * 2 ** state.restart_count)
+                    self.k.say(f"{self.key} {name}: restarting in {backoff:g} s (restartPolicy "
+                               f"{self.state.restart_policy})")
+                    state.restart(time.monotonic() + backoff, backoff)
                 self.push()
+
+    def _restarts(self, state: ContainerState) -> bool:
+        """kubelet's rule: Always restarts every container that ends, OnFailure a failed one;
+        an init container only when it failed."""
+        policy = self.state.restart_policy
+        if policy == "Never" or state.stand_in:
+            return False
+        return state.exit_code != 0 or (policy == "Always" and not state.init)
+
+    @staticmethod
+    def _last_exit(state: ContainerState) -> tuple[int, str]:
+        last = state.last_state.get("terminated") or {}
+        return last.get("exitCode", 0), last.get("message", "")
 
     def _finished(self, name: str, state: ContainerState, returncode: int) -> None:
         code, sig = exit_code_of(returncode)

@@ -34,6 +34,9 @@ class ContainerState:
     message: str = ""
     node: str = ""
     stand_in: bool = False  # not a process: Argo's wait sidecar under --wait report
+    restart_count: int = 0
+    last_state: dict = field(default_factory=dict)  # the previous run's terminated state, after a restart
+    restart_at: float | None = None  # time.monotonic() of the next start (restartPolicy Always/OnFailure)
 
     @property
     def running(self) -> bool:
@@ -53,9 +56,18 @@ class ContainerState:
         self.reason = reason or ("Completed" if exit_code == 0 else "Error")
         self.message = message[-MESSAGE_LIMIT:] if message else ""
 
+    def restart(self, at: float, backoff: float) -> None:
+        """This run ended and the container starts again at `at` (kubelet's back-off)."""
+        self.last_state = self.to_api()["state"]
+        self.restart_count += 1
+        self.restart_at = at
+        self.waiting = ("CrashLoopBackOff", f"back-off {backoff:g}s restarting failed container={self.name}")
+        self.started_at = self.exit_code = self.signal = self.finished_at = self.reason = None
+        self.message = ""
+
     def to_api(self) -> dict:
-        status = {"name": self.name, "image": self.image, "imageID": "", "restartCount": 0,
-                  "ready": self.running and not self.init, "started": self.running, "lastState": {}}
+        status = {"name": self.name, "image": self.image, "imageID": "", "restartCount": self.restart_count,
+                  "ready": self.running and not self.init, "started": self.running, "lastState": self.last_state}
         if self.pid is not None:
             status["containerID"] = f"process://{self.node}/{self.pid}"
         if self.terminated:
@@ -115,7 +127,7 @@ class PodState:
         if not all(c.terminated for c in self.inits):
             return "Pending"
         if not self.mains or any(not c.terminated and not c.running and not c.stand_in for c in self.mains):
-            return "Running" if any(c.running for c in self.mains) else "Pending"
+            return "Running" if any(c.running or c.restart_count for c in self.mains) else "Pending"
         if any(c.running for c in self.mains):
             return "Running"
         return "Succeeded" if all(c.exit_code == 0 for c in self.mains) else "Failed"
