@@ -3,8 +3,8 @@
 `local_cluster` (session scope) brings one control plane with Argo's controller up for all
 the tests of a pytest process (each xdist worker has its own, in its own directory and on
 its own ports) and takes it down at the end, checking that none of its processes is left.
-It runs only under `make e2e` (TORCHDAG_E2E=1; elsewhere the tests skip), which builds the
-binaries first; without them the test fails and says so. Standard library and PyYAML only: every tier loads this module.
+It runs under `make test` and `make e2e` (both set TORCHDAG_E2E=1 and build the binaries
+first; elsewhere the tests skip); without the binaries the test fails and says so. Standard library and PyYAML only: every tier loads this module.
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ from helpers import REPO
 BIN = REPO / ".tools" / "bin"
 CLUSTER_BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "clustercerts",
                     "workflow-controller", "argoexec", "kubectl")
-# Set by `make e2e`: a cluster per pytest process costs a minute or two of both cores, so
-# only that target (or whoever sets it) runs these tests; `make test` does not, yet.
+# Set by `make test` and `make e2e`: a cluster per pytest process costs a minute or two of
+# both cores, so a bare `pytest` leaves these tests out unless asked.
 E2E = "TORCHDAG_E2E"
 UP_TIMEOUT_S = 600  # a cold start on a busy two-core machine: about a minute; margin for load
 

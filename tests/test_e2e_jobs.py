@@ -10,7 +10,7 @@ import re
 import pytest
 from e2e_helpers import checkpoint_nodes, pinned_host, rank_of
 
-pytestmark = [pytest.mark.go, pytest.mark.torch]
+pytestmark = [pytest.mark.go, pytest.mark.torch, pytest.mark.e2e]
 
 
 @pytest.mark.parametrize("devices", [[1, 2], [2, 1, 1]], ids=["2-nodes", "3-nodes-uneven"])

@@ -17,7 +17,7 @@ from helpers import REPO
 from torchdag.kubelet.api import Kube
 from torchdag.pipeline import build
 
-pytestmark = [pytest.mark.go, pytest.mark.torch]  # the control plane and Argo from Go; real torchrun
+pytestmark = [pytest.mark.go, pytest.mark.torch, pytest.mark.e2e]  # the control plane and Argo from Go; real torchrun
 ARGOEXEC = REPO / ".tools" / "bin" / "argoexec"
 # What Argo's executor does, and what the `service` task needs (the chart's rbac.create grants the same).
 RULES = [{"apiGroups": [""], "resources": ["pods", "configmaps"], "verbs": ["get", "list", "create", "patch"]},
