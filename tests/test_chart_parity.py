@@ -17,6 +17,7 @@ from bad_cases import BAD_CASES
 from chart_helpers import RELEASE, REPO, VALUES_FILES, argo_document, helm_spellings, helm_template
 from torchdag.catalog import accelerator, accelerator_kinds, catalog, hccl_limit
 from torchdag.validate import BUILTIN_VOLUMES, RESERVED_ENV
+from torchdag.yamldocs import load_documents
 
 
 def spec_text(rendered: str) -> str:
@@ -63,8 +64,7 @@ HOSTILE_PIECES = ["'", '"', ": ", " #", "#", "\n", "\r\n", "\t", "\\", "$(HOME)"
                   "\ufeff", "\u00a0", "<&>", "😀", "null", "~", "yes", "0x1F", "1e3", "=", "}}", "{", "}"]
 hostile_text = st.lists(
     st.one_of(st.sampled_from(HOSTILE_PIECES),
-              st.text(st.characters(codec="utf-8", exclude_characters="\x00"), max_size=6)),
-    max_size=6,
+              st.text(st.characters(codec="utf-8", exclude_characters="\x00"), max_size=6)), max_size=6,
 ).map("".join).filter(lambda s: "{{" not in s and not REFUSED.search(s))  # what both refuse (tests/bad_cases.py)
 hostile_nonempty = hostile_text.filter(bool)
 dns_label = st.from_regex(r"[a-z]([a-z0-9-]{0,10}[a-z0-9])?", fullmatch=True)
@@ -151,7 +151,8 @@ def nodes_strategy(draw, backend: str) -> list[dict]:
 
 # Kubernetes key and label-value syntax (the schema enforces it; values stay free text in annotations)
 qualified_name = st.from_regex(r"([a-z0-9]([-a-z0-9]{0,6}[a-z0-9])?(\.[a-z0-9]{1,4})*/)?"
-                               r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,10}[A-Za-z0-9])?", fullmatch=True)
+                               r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,10}[A-Za-z0-9])?", fullmatch=True).filter(
+    lambda key: not re.fullmatch(r"true|false|[0-9]+(\.[0-9]+)?(e[-+][0-9]+)?", key))  # refused (rule key-yaml-word)
 label_value = st.from_regex(r"(([A-Za-z0-9][-A-Za-z0-9_.]{0,10})?[A-Za-z0-9])?", fullmatch=True)
 label_map = st.dictionaries(qualified_name, label_value, max_size=3)
 annotation_map = st.dictionaries(qualified_name, hostile_text, max_size=3)
@@ -275,13 +276,24 @@ def values_strategy(draw) -> dict:
 
 
 class _QuotedDumper(yaml.SafeDumper):
-    """Every string double-quoted: helm's YAML 1.1 reader and PyYAML then agree on what is a
-    string (unquoted `y` or `1e3` would be a bool or a float to helm), so the test compares
-    the two renderers, not two YAML parsers."""
+    """Strings plain (keys too) where render.py reads the plain word back as itself (`1:30`, `<<`, `2024-01-31`),
+    as helm must; else double-quoted (`y`, `1e3`: tests/test_front_door_reading.py writes those plain too)."""
+
+    def emit(self, event):
+        if isinstance(event, yaml.ScalarEvent) and event.tag.endswith(":str") and event.style is None:
+            event.implicit = (True, True)  # trust _plain_or_quoted: written plain where YAML's syntax allows
+        super().emit(event)
 
 
-_QuotedDumper.add_representer(str, lambda dumper,
-                              data: dumper.represent_scalar("tag:yaml.org,2002:str", data, style='"'))
+def _plain_or_quoted(dumper, data: str):
+    try:
+        plain = bool(data) and "\n" not in data and load_documents(f"- {data}\n") == [[data]]
+    except Exception:  # noqa: BLE001 - not a word that reads back plain: quote it
+        plain = False
+    return dumper.represent_scalar("tag:yaml.org,2002:str", data, style=None if plain else '"')
+
+
+_QuotedDumper.add_representer(str, _plain_or_quoted)
 
 
 # 200 values files in all, in shards that pytest-xdist spreads over the workers.
