@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from fit_cases import fit_values
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -272,12 +273,11 @@ def values_strategy(draw) -> dict:
             scheduling["gang"] = "none"
     if isinstance(scheduling, dict) and scheduling.get("gang") == "kueue" and not scheduling.get("queue"):
         scheduling["queue"] = "team-a"  # Kueue needs its LocalQueue (refusal tested in test_gang.py)
-    return values
+    return fit_values(values)  # ports, timeouts and restarts that can work (refusals: tests/fit_cases.py)
 
 
 class _QuotedDumper(yaml.SafeDumper):
-    """Strings plain (keys too) where render.py reads the plain word back as itself (`1:30`, `<<`, `2024-01-31`),
-    as helm must; else double-quoted (`y`, `1e3`: tests/test_front_door_reading.py writes those plain too)."""
+    """Strings plain where render.py reads them back as themselves (`1:30`, `<<`), as helm must; else quoted."""
 
     def emit(self, event):
         if isinstance(event, yaml.ScalarEvent) and event.tag.endswith(":str") and event.style is None:

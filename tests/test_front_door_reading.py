@@ -142,7 +142,7 @@ def test_both_refuse_in_one_line(helm, name, tmp_path, capsys):
 
 @pytest.mark.parametrize("text, fragment", [
     (BASE + "...\nport: 1\n", "line 19, column 1: did not find expected <document start> (a document after '...'"),
-    (BASE + "...\n%YAML 1.1\n---\nport: 1\n", "a %YAML directive (line 19)"),
+    (BASE + "...\n%YAML 1.1\n---\nport: 2000\n", "a %YAML directive (line 19)"),
 ])
 def test_render_py_refuses_what_helm_would_skip(helm, text, fragment, tmp_path, capsys):
     """Helm reads only the first YAML document between two `---` lines: a later one (after

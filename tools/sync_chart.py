@@ -309,6 +309,13 @@ def generated_definitions(schema: dict) -> dict[str, dict]:
     }
 
 
+def _fit_definitions() -> dict[str, dict]:
+    sys.path.insert(0, str(REPO))
+    from torchdag import catalog
+
+    return catalog.fit_definitions()
+
+
 def schema_with_catalog(schema_text: str, kinds: list[str]) -> str:
     """The schema text with the catalogue's accelerator kinds as its enums and the
     generated `$defs` (one line each) in place."""
@@ -317,7 +324,7 @@ def schema_with_catalog(schema_text: str, kinds: list[str]) -> str:
         schema_text, count = pattern.subn(lambda m: m.group(1) + enum, schema_text)
         if count != 1:
             raise ValueError(f"schema: expected one enum for {pattern.pattern[:30]}..., found {count}")
-    for name, definition in generated_definitions(json.loads(schema_text)).items():
+    for name, definition in {**generated_definitions(json.loads(schema_text)), **_fit_definitions()}.items():
         line = re.compile(rf'^(    "{name}": ).*?(,?)$', re.MULTILINE)
         text = json.dumps(definition, ensure_ascii=False)
         schema_text, count = line.subn(lambda m, text=text: m.group(1) + text + m.group(2), schema_text)

@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from . import catalog
 from .plan import Plan, make_plan
 from .problems import ValuesError
 from .render import render
@@ -47,14 +48,28 @@ class Rendered:
     def warnings(self) -> list[str]:
         """Advice that does not stop rendering (printed on stderr)."""
         nodes = self.values["nodes"]
+        advice = self._hccl_port_warnings()
         if len(nodes) == 1:
-            return []
-        return [
+            return advice
+        return advice + [
             f"{self.source}: nodes[{index}].nic: not set; gloo then binds whatever the hostname resolves to "
             "(often loopback: 'connectFullMesh failed'); name the NIC or use nic: auto"
             for index, node in enumerate(nodes)
             if not node.get("nic")
         ]
+
+
+    def _hccl_port_warnings(self) -> list[str]:
+        """The port among the host ports HCCL takes from a base the job's env moved (rule
+        port-hccl refuses the default ones): a warning, as the env may also be set elsewhere."""
+        hccl = catalog.catalog()["ports"]["hcclHost"]
+        base, port = str(self.values["env"].get(hccl["env"][0], "")), self.values["port"]
+        if not (base.isdigit() and 0 <= port - int(base) < hccl["count"]):
+            return []
+        if not any(catalog.is_ascend(node.get("accelerator", "cpu")) for node in self.values["nodes"]):
+            return []
+        return [f"{self.source}: port: {port} is among the {hccl['count']} host ports HCCL takes from env "
+                f"{hccl['env'][0]} ({base}) on Ascend nodes; the rendezvous and HCCL may collide on the master"]
 
 
 def run(values_path: str | Path) -> Rendered:

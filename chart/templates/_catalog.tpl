@@ -497,6 +497,7 @@ The catalogue as JSON; read it with `include "torchdag.catalog" . | fromJson`. *
     "node-duplicate-address": "'{address}' is also the address of nodes[{first}]; each node needs its own address",
     "node-duplicate-name": "'{name}' duplicates nodes[{first}].name; each machine is listed once",
     "node-two-masters": "more than one master: nodes[{first}] is the master already; at most one node may set master: true",
+    "restarts-past-deadline": "{restarts} restarts cannot all happen: Argo waits failurePolicy.backoffSeconds ({backoff} s) before the first and doubles it before each further one, so the waits before restart {next} alone add up to {waited} s, and Argo retries nothing past timeouts.workflowDeadline ({deadline} s); at most {fit} fit: lower maxRestarts or backoffSeconds, or raise the deadline",
     "string-argo-braces": "{shown} contains '{{ "{{" }}', which Argo would read as a placeholder and cannot escape; remove it",
     "string-control": "{subject}contains a control character (DEL, U+0080-U+009F, U+FFFE or U+FFFF), which YAML cannot carry; remove it",
     "string-nul": "{subject}contains a NUL character, which no process argument or environment value can carry",
@@ -512,6 +513,17 @@ The catalogue as JSON; read it with `include "torchdag.catalog" . | fromJson`. *
     "rdzv_id",
     "standalone"
   ],
+  "ports": {
+    "hcclHost": {
+      "base": 60000,
+      "count": 16,
+      "env": [
+        "HCCL_IF_BASE_PORT",
+        "HCCL_HOST_SOCKET_PORT_RANGE"
+      ]
+    },
+    "unprivilegedPortStart": 1024
+  },
   "setEnvWrapper": "set_env=\"$1\"; shift; if [ ! -r \"$set_env\" ]; then echo \"torchdag: cannot read $set_env (ascend.setEnvScript)\"; exit 127; fi; . \"$set_env\"; exec -- \"$@\"",
   "shmVolume": {
     "mountPath": "/dev/shm",
