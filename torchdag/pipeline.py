@@ -14,15 +14,20 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Sequence
 
 from . import catalog
 from .plan import Plan, make_plan
 from .problems import ValuesError
 from .render import render
+from .sources import read_all
 from .validate import validate as problems_of
-from .values import Loaded, coalesce, fill_absent, read, schema_defaults
+from .values import Loaded, coalesce, fill_absent, schema_defaults
 
-load = read
+
+def load(values_paths: str | Path | Sequence[str | Path]) -> Loaded:
+    """One values file, or several merged as Helm merges its -f files (torchdag/sources.py)."""
+    return read_all([values_paths] if isinstance(values_paths, (str, Path)) else values_paths)
 
 
 def validate(loaded: Loaded) -> dict:
@@ -34,7 +39,7 @@ def validate(loaded: Loaded) -> dict:
     named = {problem.path for problem in problems}
     problems += [problem for problem in loaded.too_big if problem.path not in named]
     if problems:
-        raise ValuesError(loaded.source, problems)
+        raise ValuesError(loaded.source, problems, blame=loaded.blame)
     return fill_absent(merged)
 
 

@@ -13,9 +13,10 @@ import copy
 import functools
 import json
 import math
+import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import yaml
 
@@ -172,6 +173,7 @@ class Loaded:
     values: dict  # as the file says, before the defaults
     source: str  # the file's name in messages
     too_big: list[Problem]  # integers beyond 2^53: reported with the validate phase's problems
+    blame: Callable[[tuple], str] | None = None  # several files: which one a field's problem is reported in
 
 
 def parse(text: str, source: str) -> Loaded:
@@ -190,12 +192,16 @@ def parse_values(text: str, source: str) -> dict:
     return parse(text, source).values
 
 
+STDIN = "-"  # the file name that reads standard input, as in Helm's `-f -`
+
+
 def read(path: str | Path) -> Loaded:
-    """The load phase: read and parse a values file."""
+    """The load phase: read and parse a values file (`-`: standard input, named `<stdin>`)."""
+    stdin = str(path) == STDIN
     path = Path(path)
-    source = str(path)
+    source = "<stdin>" if stdin else str(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        text = sys.stdin.buffer.read().decode("utf-8") if stdin else path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise ValuesError(source, [Problem((), "no such file")]) from None
     except IsADirectoryError:
