@@ -73,3 +73,31 @@ def helm_spellings(field: str) -> list[str]:
         f"at '{parent}': missing property '{key}'",
         f"invalid propertyName '{key}'",
     ]
+
+
+def spec_text(rendered: str) -> str:
+    """The Workflow's `spec:` block as printed: from its line to the end of the document."""
+    start = rendered.index("\nspec:\n") + 1
+    end = rendered.find("\n---", start)
+    return rendered[start:] if end < 0 else rendered[start:end + 1]
+
+
+def assert_same_workflow(helm: str, values: Path) -> None:
+    """The spec is the same text, byte for byte (a reviewer can diff the two outputs);
+    outside it only what Helm adds differs. One helm run and one render per values file."""
+    from torchdag.pipeline import build
+
+    result = helm_template(helm, values)
+    assert result.returncode == 0, f"helm template failed for {values}:\n{result.stderr}"
+    workflow_source = result.stdout[result.stdout.index("# Source: torchdag/templates/workflow.yaml"):]
+    rendered = build(values)
+    assert spec_text(workflow_source) == spec_text(rendered)
+    ours, theirs = argo_document(result.stdout), argo_document(rendered)
+    assert ours["kind"] == theirs["kind"]
+    # Outside spec only the name differs (helm names it after the release; render.py
+    # leaves generateName to Argo) and helm adds its standard labels.
+    assert ours["metadata"]["name"] == RELEASE
+    assert theirs["metadata"]["labels"].items() <= ours["metadata"]["labels"].items()
+    assert ours["metadata"].get("annotations") == theirs["metadata"].get("annotations")
+    if "namespace" in theirs["metadata"]:
+        assert ours["metadata"]["namespace"] == theirs["metadata"]["namespace"]

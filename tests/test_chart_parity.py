@@ -13,40 +13,12 @@ import yaml
 from fit_cases import fit_values
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from plain_yaml import MixedDumper
 
 from bad_cases import BAD_CASES
-from chart_helpers import RELEASE, REPO, VALUES_FILES, argo_document, helm_spellings, helm_template
+from chart_helpers import REPO, VALUES_FILES, assert_same_workflow, helm_spellings, helm_template
 from torchdag.catalog import accelerator, accelerator_kinds, catalog, hccl_limit
-from torchdag.validate import BUILTIN_VOLUMES, RESERVED_ENV
-from torchdag.yamldocs import load_documents
-
-
-def spec_text(rendered: str) -> str:
-    """The Workflow's `spec:` block as printed: from its line to the end of the document."""
-    start = rendered.index("\nspec:\n") + 1
-    end = rendered.find("\n---", start)
-    return rendered[start:] if end < 0 else rendered[start:end + 1]
-
-
-def assert_same_workflow(helm: str, values: Path) -> None:
-    """The spec is the same text, byte for byte (a reviewer can diff the two outputs);
-    outside it only what Helm adds differs. One helm run and one render per values file."""
-    from torchdag.pipeline import build
-
-    result = helm_template(helm, values)
-    assert result.returncode == 0, f"helm template failed for {values}:\n{result.stderr}"
-    workflow_source = result.stdout[result.stdout.index("# Source: torchdag/templates/workflow.yaml"):]
-    rendered = build(values)
-    assert spec_text(workflow_source) == spec_text(rendered)
-    ours, theirs = argo_document(result.stdout), argo_document(rendered)
-    assert ours["kind"] == theirs["kind"]
-    # Outside spec only the name differs (helm names it after the release; render.py
-    # leaves generateName to Argo) and helm adds its standard labels.
-    assert ours["metadata"]["name"] == RELEASE
-    assert theirs["metadata"]["labels"].items() <= ours["metadata"]["labels"].items()
-    assert ours["metadata"].get("annotations") == theirs["metadata"].get("annotations")
-    if "namespace" in theirs["metadata"]:
-        assert ours["metadata"]["namespace"] == theirs["metadata"]["namespace"]
+from torchdag.validate import BUILTIN_VOLUMES, RESERVED_ENV, quantity_value
 
 
 @pytest.mark.parametrize("values", VALUES_FILES, ids=lambda p: f"{p.parent.name}/{p.name}")
@@ -68,8 +40,10 @@ hostile_text = st.lists(
               st.text(st.characters(codec="utf-8", exclude_characters="\x00"), max_size=6)), max_size=6,
 ).map("".join).filter(lambda s: "{{" not in s and not REFUSED.search(s))  # what both refuse (tests/bad_cases.py)
 hostile_nonempty = hostile_text.filter(bool)
+one_word = hostile_nonempty.map(lambda s: re.sub(r"[\t\n\v\f\r ]", "", s)).filter(bool)  # launcher.python
 dns_label = st.from_regex(r"[a-z]([a-z0-9-]{0,10}[a-z0-9])?", fullmatch=True)
-env_name = st.from_regex(r"[A-Za-z_][A-Za-z0-9_]{0,12}", fullmatch=True).filter(lambda n: n not in RESERVED_ENV)
+env_name = st.from_regex(r"[A-Za-z_][A-Za-z0-9_]{0,12}", fullmatch=True).filter(
+    lambda n: n not in RESERVED_ENV and not n.startswith("PET_"))
 quantity = st.one_of(
     st.integers(0, 10**6),
     st.floats(0, 1e9, allow_nan=False, allow_infinity=False),
@@ -154,6 +128,9 @@ def nodes_strategy(draw, backend: str) -> list[dict]:
 qualified_name = st.from_regex(r"([a-z0-9]([-a-z0-9]{0,6}[a-z0-9])?(\.[a-z0-9]{1,4})*/)?"
                                r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,10}[A-Za-z0-9])?", fullmatch=True).filter(
     lambda key: not re.fullmatch(r"true|false|[0-9]+(\.[0-9]+)?(e[-+][0-9]+)?", key))  # refused (rule key-yaml-word)
+extended_name = st.from_regex(r"[a-z0-9]([-a-z0-9]{0,6}[a-z0-9])?(\.[a-z0-9]{1,4})*/[A-Za-z0-9]([-A-Za-z0-9_.]{0,10}"
+                              r"[A-Za-z0-9])?", fullmatch=True).filter(lambda n: "kubernetes.io/" not in n
+                                                                      and not n.startswith("requests."))
 label_value = st.from_regex(r"(([A-Za-z0-9][-A-Za-z0-9_.]{0,10})?[A-Za-z0-9])?", fullmatch=True)
 label_map = st.dictionaries(qualified_name, label_value, max_size=3)
 annotation_map = st.dictionaries(qualified_name, hostile_text, max_size=3)
@@ -197,7 +174,7 @@ def values_strategy(draw) -> dict:
         "name": draw(dns_label),
         "image": draw(st.sampled_from(["registry.example.com/train:1.0", "192.168.110.125:8443/agent/ppo_torch:3.1",
                                        "img@sha256:" + "a" * 64])),
-        "script": draw(hostile_nonempty),
+        "script": draw(hostile_nonempty.filter(lambda s: not s.startswith("-"))),  # else a launcher option
         "nodes": draw(nodes_strategy(backend or "auto")),
     }
     if backend is not None:
@@ -209,7 +186,7 @@ def values_strategy(draw) -> dict:
         "imagePullPolicy": st.sampled_from(["Always", "IfNotPresent", "Never"]),
         "imagePullSecrets": st.lists(dns_label, max_size=2),
         "args": st.lists(hostile_text, max_size=6),
-        "workingDir": hostile_text,
+        "workingDir": st.one_of(st.just(""), hostile_text.map("/".__add__)),  # absolute or empty
         "port": st.integers(1, 65535),
         "env": st.dictionaries(env_name, hostile_text, max_size=5),
         "resources": resources,
@@ -221,8 +198,9 @@ def values_strategy(draw) -> dict:
         "shmSize": st.one_of(quantity, st.just("")),
         "securityContext": security_context,
         "volumes": volumes_strategy(),
-        "launcher": section(type=st.sampled_from(["torchrun", "launch"]), python=hostile_nonempty,
-                            maxRestarts=st.integers(0, 10), extraArgs=st.lists(hostile_text, max_size=3)),
+        "launcher": section(type=st.sampled_from(["torchrun", "launch"]), python=one_word,
+                            maxRestarts=st.integers(0, 10),
+                            extraArgs=st.lists(hostile_text.filter(lambda s: not s.startswith("--")), max_size=3)),
         "timeouts": section(rendezvous=st.integers(1, 10**6), processGroup=st.integers(1, 10**6),
                             hcclConnect=st.integers(120, 7200), workflowDeadline=st.integers(1, 10**8)),
         "workflow": section(ttlSecondsAfterFinished=st.integers(0, 10**7),
@@ -244,7 +222,8 @@ def values_strategy(draw) -> dict:
                                      seccompProfile=st.sampled_from(["RuntimeDefault", "Unconfined", ""])),
         "failurePolicy": st.fixed_dictionaries({}, optional={"maxRestarts": st.integers(0, 100),
                                                              "backoffSeconds": st.integers(1, 86400)}),
-        "resourceNames": st.dictionaries(st.sampled_from(ACCELERATORS), qualified_name, max_size=2),
+        "resourceNames": st.dictionaries(st.sampled_from([k for k in ACCELERATORS if accelerator(k)["resource"]]),
+                                         extended_name, max_size=2),
         "automountServiceAccountToken": st.booleans(),
         "executorServiceAccountName": st.one_of(st.just(""), dns_label, st.just("argo.executor-1")),
         # Chart-only keys: render.py ignores them, and they must not change the Workflow.
@@ -273,27 +252,32 @@ def values_strategy(draw) -> dict:
             scheduling["gang"] = "none"
     if isinstance(scheduling, dict) and scheduling.get("gang") == "kueue" and not scheduling.get("queue"):
         scheduling["queue"] = "team-a"  # Kueue needs its LocalQueue (refusal tested in test_gang.py)
+    kubernetes_valid(values)
     return fit_values(values)  # ports, timeouts and restarts that can work (refusals: tests/fit_cases.py)
 
 
-class _QuotedDumper(yaml.SafeDumper):
-    """Strings plain where render.py reads them back as themselves (`1:30`, `<<`), as helm must; else quoted."""
-
-    def emit(self, event):
-        if isinstance(event, yaml.ScalarEvent) and event.tag.endswith(":str") and event.style is None:
-            event.implicit = (True, True)  # trust _plain_or_quoted: written plain where YAML's syntax allows
-        super().emit(event)
-
-
-def _plain_or_quoted(dumper, data: str):
-    try:
-        plain = bool(data) and "\n" not in data and load_documents(f"- {data}\n") == [[data]]
-    except Exception:  # noqa: BLE001 - not a word that reads back plain: quote it
-        plain = False
-    return dumper.represent_scalar("tag:yaml.org,2002:str", data, style=None if plain else '"')
-
-
-_QuotedDumper.add_representer(str, _plain_or_quoted)
+def kubernetes_valid(values: dict) -> None:
+    """What Kubernetes refuses, and so both renderers (tests/bad_cases.py), made valid in place:
+    tolerations, root under runAsNonRoot, a request above its limit, '..' in a hostPath."""
+    for toleration in values.get("tolerations") or []:
+        if not toleration.get("key"):
+            toleration["operator"] = "Exists"
+        if toleration.get("operator") == "Exists":
+            toleration.pop("value", None)
+        if "tolerationSeconds" in toleration:
+            toleration["effect"] = "NoExecute"
+    context = values.get("securityContext") or {}
+    if context.get("runAsNonRoot") and context.get("runAsUser") == 0:
+        context["runAsUser"] = 1
+    for resources in [values.get("resources")] + [node.get("resources") for node in values["nodes"]]:
+        requests, limits = (resources or {}).get("requests", {}), (resources or {}).get("limits", {})
+        for name in set(requests) & set(limits):
+            if quantity_value(requests[name]) > quantity_value(limits[name]):
+                limits[name] = requests[name]
+    for volume in values.get("volumes") or []:
+        if "hostPath" in volume:
+            volume["hostPath"]["path"] = "/".join("." if part == ".." else part
+                                                  for part in volume["hostPath"]["path"].split("/"))
 
 
 # 200 values files in all, in shards that pytest-xdist spreads over the workers.
@@ -303,7 +287,7 @@ _QuotedDumper.add_representer(str, _plain_or_quoted)
 def test_random_valid_values_render_the_same(helm, shard, values):
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "values.yaml"
-        path.write_text(yaml.dump(values, Dumper=_QuotedDumper, allow_unicode=True, width=2**20, sort_keys=False),
+        path.write_text(yaml.dump(values, Dumper=MixedDumper, allow_unicode=True, width=2**20, sort_keys=False),
                         encoding="utf-8")
         assert_same_workflow(helm, path)
 

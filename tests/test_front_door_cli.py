@@ -9,9 +9,8 @@ import subprocess
 import sys
 
 import pytest
-from test_chart_parity import spec_text  # the comparison, not its tests
 
-from chart_helpers import helm_template
+from chart_helpers import helm_template, spec_text
 from cli_helpers import BASE, REPO, render_py, write
 from torchdag import command
 from torchdag.pipeline import build

@@ -13,6 +13,7 @@ import pytest
 import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from plain_yaml import PlainDumper
 from test_chart_parity import assert_same_workflow, values_strategy  # the comparison and the strategy, not their tests
 
 from chart_helpers import helm_template
@@ -168,15 +169,6 @@ def test_aliases_share_one_budget_across_documents():
 
 # --- property: plain scalars and keys, as people write them ---------------------------------------
 
-class _PlainDumper(yaml.SafeDumper):
-    """Every string plain wherever YAML's syntax allows it (`yes`, `1e3`, `2024-01-31`, `010`
-    unquoted too), keys included: what the file then means is up to each reader."""
-
-    def emit(self, event):
-        if isinstance(event, yaml.ScalarEvent) and event.tag == "tag:yaml.org,2002:str":
-            event.implicit = (True, True)  # "reads back as a string": the emitter then writes it plain if it can
-        super().emit(event)
-
 
 @pytest.mark.parametrize("shard", range(2))
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
@@ -191,7 +183,7 @@ def test_plain_files_get_the_same_verdict_and_spec(helm, shard, values, words):
     if words:
         values["args"] = list(values.get("args") or []) + words
         values["labels"] = {**(values.get("labels") or {}), **{word: "x" for word in words}}
-    text = yaml.dump(values, Dumper=_PlainDumper, allow_unicode=True, width=2**20, sort_keys=False)
+    text = yaml.dump(values, Dumper=PlainDumper, allow_unicode=True, width=2**20, sort_keys=False)
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "values.yaml"
         path.write_text(text, encoding="utf-8")

@@ -4,11 +4,15 @@ tags Helm would drop silently refused naming the field. Never a traceback."""
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 
 from chart_helpers import argo_document, helm_template
 from cli_helpers import BASE, one_line, render_py, write
 from torchdag import pipeline
+from torchdag.problems import ValuesError
+from torchdag.values import parse_values
 
 WITHOUT = BASE.replace("port: 25195\n", "").replace('args: ["--type", "example"]\n', "")
 
@@ -36,6 +40,9 @@ DROPPED = [
     ("resources: !!set {cpu}", "resources", "the YAML tag !!set is on a mapping"),
     ("args: [!!omap [a: 1]]", "args[0]", "the YAML tag !!omap is on a list"),
     ("env: {A: !!str [x]}", "env.A", "the YAML tag !!str is on a list"),
+    ("env: {A: !!map abc}", "env.A", "the YAML tag !!map is on a plain value"),
+    ("args: !!seq {a: b}", "args", "the YAML tag !!seq is on a mapping"),
+    ("env: {!custom A: b}", "(top level)", "column 7: a key: the YAML tag !custom is not accepted"),
 ]
 
 
@@ -76,3 +83,27 @@ def test_tagged_values_of_their_kind_render_as_in_helm(helm, tmp_path):
     assert ours["spec"] == argo_document(result.stdout)["spec"]
     text = str(ours)
     assert "'5', '2024-01-31', '2024-13-45', '2024-1-2T3:04:05Z'" in text and "--master_port=25195" in text
+
+
+TAGS = ["!!int", "!!float", "!!bool", "!!null", "!!str", "!!timestamp", "!!binary", "!!set", "!!omap", "!!pairs",
+        "!!map", "!!seq", "!!merge", "!!value", "!custom", "!", "!!python/object:os.system", "!<tag:yaml.org,2002:int>"]
+TEXTS = ["abc", "5", "0x1F", "1e3", "1e400", ".inf", "~", "''", "y", "2024-01-01", "2024-13-45",
+         "2001-12-14t21:59:43.10-05:00", "<<", "=", "[1]", "{a: 1}", "aGVsbG8=", "'4:10:00'", "99999999999999999999",
+         "&a 5", "[&x 1, *x]"]
+
+
+def test_no_tag_on_any_value_or_key_fails_otherwise_than_in_lines():
+    """Every tag on every kind of value, as a value, a key, a list item and the document: a
+    ValuesError of one-line problems or values, never another exception."""
+    for tag, text in itertools.product(TAGS, TEXTS):
+        for document in (f"a: {tag} {text}\n", f"{tag} {text}: 1\n", f"a: [{tag} {text}]\n", f"{tag} {text}\n"):
+            try:
+                parse_values(document, "x")
+            except ValuesError as err:
+                assert all("\n" not in line for line in err.lines()), document
+
+
+def test_a_refused_tag_is_named_wherever_an_alias_copies_it():
+    with pytest.raises(ValuesError) as caught:
+        parse_values("args: [&a !custom 1, ok, *a]\n", "x")
+    assert [line.split(": ")[1] for line in caught.value.lines()] == ["args[0]", "args[2]"]

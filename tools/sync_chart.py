@@ -3,8 +3,8 @@
 
 Writes, from the accelerator catalogue (torchdag/catalog.yaml) and the one schema
 render.py validates against:
-- schema/values.schema.json's accelerator enums (nodes[].accelerator, resourceNames keys),
-  from the catalogue;
+- schema/values.schema.json's accelerator enums (nodes[].accelerator; resourceNames keys: the
+  kinds with a device resource), from the catalogue;
 - chart/templates/_catalog.tpl: the catalogue as JSON for the chart's plan, with the keys
   on which a `null` is an error (from the schema) and the required keys' placeholders;
 - chart/values.schema.json: a byte-identical copy, so helm rejects what render.py rejects;
@@ -268,7 +268,6 @@ def readme(values_text: str) -> str:
 
 
 _ACCELERATOR_ENUM = re.compile(r'("accelerator": \{[^}]*?"enum": )\[[^\]]*\]')
-_RESOURCE_NAMES_ENUM = re.compile(r'("resourceNames": \{[\s\S]*?"propertyNames": \{"enum": )\[[^\]]*\]')
 
 
 def null_refused(schema: dict, message: str) -> dict:
@@ -291,40 +290,43 @@ def null_refused(schema: dict, message: str) -> dict:
     return {"x-rule": "null-deletes-default", **required(schema), "x-message": message}
 
 
+def _any_prefix(flag: str) -> str:
+    """Every non-empty prefix of flag as a regular expression, `_` either way: `ab_c` -> `a(b([-_](c)?)?)?`."""
+    parts = ["[-_]" if char == "_" else re.escape(char) for char in flag]
+    return parts[0] + "".join(f"({part}" for part in parts[1:]) + ")?" * (len(parts) - 1)
+
+
 def generated_definitions(schema: dict) -> dict[str, dict]:
     """The schema's `$defs` that come from the catalogue and from the schema's defaults: the
-    rules they carry (env-reserved, launcher-planned-flag, volume-builtin-name,
-    null-deletes-default) are then enforced by both renderers."""
+    rules they carry (env-reserved, launcher-planned-flag, resource-name-kind,
+    volume-builtin-name, null-deletes-default, port-*, hccl-exec-timeout-short) are then enforced by both renderers."""
     sys.path.insert(0, str(REPO))
     from torchdag import catalog
 
-    # A planned flag in either spelling (--node-rank, --node_rank), with or without `=value`;
-    # [\s\S] and a final $ read the same in Python's re and Go's RE2 (no lookahead there).
-    flags = "|".join(flag.replace("_", "[-_]") for flag in catalog.planned_launcher_flags())
+    # A planned flag in either spelling (--node-rank, --node_rank) or any prefix of it (argparse
+    # expands an unambiguous prefix of a long option: --nnode, --node-r, --master_ad,
+    # --standalon; -m and -r are options of their own), with or without `=value`; [\s\S] and
+    # a final $ read the same in Python's re and Go's RE2.
+    flags = "|".join(_any_prefix(flag) for flag in catalog.planned_launcher_flags())
+    devices = [kind for kind in catalog.accelerator_kinds() if catalog.accelerator(kind)["resource"]]
     return {
         "reservedEnvName": {"enum": catalog.reserved_env()},
-        "plannedLauncherFlag": {"pattern": f"^-+({flags})(=[\\s\\S]*)?$"},
+        "plannedLauncherFlag": {"pattern": f"^--({flags})(=[\\s\\S]*)?$"},
+        "resourceNameKind": {"x-rule": "resource-name-kind", "enum": devices, "x-message": "takes no resource name: "
+                             f"only accelerator kinds do ({', '.join(devices)}); a cpu node gets no device limit"},
         "builtinVolumeName": {"enum": catalog.builtin_volumes()},
-        "nullRefused": null_refused(schema, catalog.catalog()["nullMessage"]),
+        "nullRefused": null_refused(schema, catalog.catalog()["nullMessage"]), **catalog.fit_definitions(),
     }
-
-
-def _fit_definitions() -> dict[str, dict]:
-    sys.path.insert(0, str(REPO))
-    from torchdag import catalog
-
-    return catalog.fit_definitions()
 
 
 def schema_with_catalog(schema_text: str, kinds: list[str]) -> str:
     """The schema text with the catalogue's accelerator kinds as its enums and the
     generated `$defs` (one line each) in place."""
     enum = json.dumps(kinds)
-    for pattern in (_ACCELERATOR_ENUM, _RESOURCE_NAMES_ENUM):
-        schema_text, count = pattern.subn(lambda m: m.group(1) + enum, schema_text)
-        if count != 1:
-            raise ValueError(f"schema: expected one enum for {pattern.pattern[:30]}..., found {count}")
-    for name, definition in {**generated_definitions(json.loads(schema_text)), **_fit_definitions()}.items():
+    schema_text, count = _ACCELERATOR_ENUM.subn(lambda m: m.group(1) + enum, schema_text)
+    if count != 1:
+        raise ValueError(f"schema: expected one enum for nodes[].accelerator, found {count}")
+    for name, definition in generated_definitions(json.loads(schema_text)).items():
         line = re.compile(rf'^(    "{name}": ).*?(,?)$', re.MULTILINE)
         text = json.dumps(definition, ensure_ascii=False)
         schema_text, count = line.subn(lambda m, text=text: m.group(1) + text + m.group(2), schema_text)

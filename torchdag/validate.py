@@ -8,6 +8,8 @@ chart/templates/_validate.tpl codes the same rule under the same id.
 
 from __future__ import annotations
 
+import functools
+import math
 import re
 from typing import Any
 
@@ -15,6 +17,8 @@ from . import catalog
 from .catalog import problem
 from .problems import Problem
 from .schema_check import schema_problems, show
+from .values import load_schema
+from .yamlout import quantity
 
 # Kept as names for the tests; the catalogue holds them.
 RESERVED_ENV = tuple(catalog.reserved_env())
@@ -221,10 +225,51 @@ def _volume_problems(values: dict) -> list[Problem]:
     return problems
 
 
+@functools.lru_cache(maxsize=None)
+def _quantity_pattern() -> re.Pattern:
+    return re.compile(load_schema()["$defs"]["quantity"]["anyOf"][0]["pattern"].rstrip("$") + r"\Z")
+
+
+def quantity_value(value: Any) -> float | None:
+    """A quantity as a number, to compare a request with its limit (catalogue `quantity`), or
+    None where it has not the schema's shape. As the chart computes it: the number's float
+    times its suffix's factor, or divided by it (so 1100m equals 1.1); a number beyond float64
+    counts 0, as Helm's float64 cast makes it."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value) if math.isfinite(value) else None
+    if not isinstance(value, str) or not _quantity_pattern().match(value):
+        return None
+    suffix = re.search(r"(?:[KMGTPE]i|[numkMGTPE])\Z", value)
+    suffix = suffix[0] if suffix else ""
+    number = float(value[:len(value) - len(suffix)])
+    number = number if math.isfinite(number) else 0.0
+    scale = catalog.catalog()["quantity"]
+    return number / scale["divide"][suffix] if suffix in scale["divide"] else number * scale["multiply"].get(suffix, 1)
+
+
+def _resource_problems(values: dict) -> list[Problem]:
+    """Rule resources-request-over-limit: Kubernetes refuses a container whose request is
+    above its limit; top-level resources and each node's own."""
+    owners = [(("resources",), values.get("resources"))]
+    owners += [(("nodes", index, "resources"), node["resources"]) for index, node in _dicts(values.get("nodes"))
+               if "resources" in node]
+    problems = []
+    for path, resources in owners:
+        resources = resources if isinstance(resources, dict) else {}
+        requests, limits = _section(resources, "requests"), _section(resources, "limits")
+        for name, request in requests.items():
+            wanted, allowed = quantity_value(request), quantity_value(limits.get(name))
+            if wanted is not None and allowed is not None and wanted > allowed:
+                problems.append(problem("resources-request-over-limit", path + ("requests", name),
+                                        request=quantity(request), limit=quantity(limits[name])))
+    return problems
+
+
 def semantic_problems(values: dict) -> list[Problem]:
     """Rules across fields. They read only what has the schema's shape, so they run
     beside the schema check and every independent problem is reported at once."""
-    return _node_problems(values) + backend_problems(values) + _size_problems(values) + _volume_problems(values)
+    return (_node_problems(values) + backend_problems(values) + _size_problems(values) + _volume_problems(values)
+            + _resource_problems(values))
 
 
 def validate(values: Any) -> list[Problem]:

@@ -49,21 +49,21 @@ class OddKey(str):
 
 def _helm_key(key: Any) -> str | None:
     """The key sigs.k8s.io/yaml (Helm's YAML to JSON) makes of a non-string key, or None
-    where it refuses the file (a null key)."""
+    where it refuses the file (a null key, a list or mapping)."""
     if isinstance(key, bool):
         return "true" if key else "false"
     if isinstance(key, float) and key.is_integer() and abs(key) < 1e21:
         return str(int(key))
-    return None if key is None else str(key)
+    return str(key) if isinstance(key, (int, float)) else None
 
 
 def _odd_key(key: Any, text: str) -> OddKey:
     odd = OddKey(text)
     helm = _helm_key(key)
-    if isinstance(key, RefusedTag):
-        odd.message = key.message
-    elif helm is None:
+    if key is None:
         odd.message = "an empty or null key is not a string, and Helm refuses it; write the key, or remove the line"
+    elif helm is None:
+        odd.message = "a list or mapping as a key is not a string, and Helm refuses it; keys are names"
     elif isinstance(key, bool):
         odd.message = (f"the key {text} is not a string but the boolean {helm} to Helm's YAML reader (y, yes, on / "
                        f"n, no, off), which would name it '{helm}'; quote it ('{text}') for the text, or choose "
@@ -74,11 +74,15 @@ def _odd_key(key: Any, text: str) -> OddKey:
     return odd
 
 
-def _construct_mapping(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = False) -> dict:
+def _construct_mapping(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = False) -> Any:
+    if not isinstance(node, yaml.MappingNode):  # `!!map abc`
+        return _unknown_tag(loader, node)
     loader.flatten_mapping(node)
     mapping: dict = {}
     for key_node, value_node in node.value:
         key = loader.construct_object(key_node, deep=deep)
+        if isinstance(key, RefusedTag):
+            raise yaml.constructor.ConstructorError(None, None, f"a key: {key.message}", key_node.start_mark)
         if not isinstance(key, str):
             key = _odd_key(key, key_node.value if isinstance(key_node, yaml.ScalarNode) else "?")
         if key in mapping:
@@ -90,6 +94,8 @@ def _construct_mapping(loader: _StrictLoader, node: yaml.MappingNode, deep: bool
 
 
 _StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_SEQUENCE_TAG, lambda loader, node: (
+    loader.construct_sequence(node) if isinstance(node, yaml.SequenceNode) else _unknown_tag(loader, node)))
 
 # Read plain scalars the way Helm does (go-yaml v2's resolve()), so both tools see the same
 # values: `y`/`n` are booleans there; numbers are what Go's strconv parses (`1e3`, `+.5`,
@@ -239,8 +245,13 @@ def _construct_tagged(loader: _StrictLoader, node: yaml.Node) -> Any:
 
 
 def _unknown_tag(loader: _StrictLoader, node: yaml.Node) -> RefusedTag:
-    """Any other tag (`!!binary`, `!!set`, `!!python/...`, `!custom`): Helm would drop it silently
-    (or decode base64), which is never what the writer meant."""
+    """Any other tag (`!!binary`, `!!set`, `!!python/...`, `!custom`), or a tag on the wrong kind
+    of node (`!!map abc`): Helm would drop it silently (or decode base64), which is never what
+    the writer meant."""
+    if node.tag in (_TAG_PREFIX + "map", _TAG_PREFIX + "seq"):
+        what = {yaml.ScalarNode: "a plain value", yaml.SequenceNode: "a list"}.get(type(node), "a mapping")
+        return RefusedTag(f"the YAML tag {_short(node.tag)} is on {what}, which it does not fit (Helm would drop "
+                          "it); remove it")
     if not isinstance(node, yaml.ScalarNode):
         what = "list" if isinstance(node, yaml.SequenceNode) else "mapping"
         return RefusedTag(f"the YAML tag {_short(node.tag)} is on a {what}, which takes no tag (Helm would drop it); "

@@ -497,6 +497,7 @@ The catalogue as JSON; read it with `include "torchdag.catalog" . | fromJson`. *
     "node-duplicate-address": "'{address}' is also the address of nodes[{first}]; each node needs its own address",
     "node-duplicate-name": "'{name}' duplicates nodes[{first}].name; each machine is listed once",
     "node-two-masters": "more than one master: nodes[{first}] is the master already; at most one node may set master: true",
+    "resources-request-over-limit": "is {request}, above its limit {limit}: Kubernetes refuses a container that requests more than its limit; lower the request or raise the limit",
     "restarts-past-deadline": "{restarts} restarts cannot all happen: Argo waits failurePolicy.backoffSeconds ({backoff} s) before the first and doubles it before each further one, so the waits before restart {next} alone add up to {waited} s, and Argo retries nothing past timeouts.workflowDeadline ({deadline} s); at most {fit} fit: lower maxRestarts or backoffSeconds, or raise the deadline",
     "string-argo-braces": "{shown} contains '{{ "{{" }}', which Argo would read as a placeholder and cannot escape; remove it",
     "string-control": "{subject}contains a control character (DEL, U+0080-U+009F, U+FFFE or U+FFFF), which YAML cannot carry; remove it",
@@ -523,6 +524,27 @@ The catalogue as JSON; read it with `include "torchdag.catalog" . | fromJson`. *
       ]
     },
     "unprivilegedPortStart": 1024
+  },
+  "quantity": {
+    "divide": {
+      "m": 1000,
+      "n": 1000000000,
+      "u": 1000000
+    },
+    "multiply": {
+      "E": 1000000000000000000,
+      "Ei": 1152921504606846976,
+      "G": 1000000000,
+      "Gi": 1073741824,
+      "Ki": 1024,
+      "M": 1000000,
+      "Mi": 1048576,
+      "P": 1000000000000000,
+      "Pi": 1125899906842624,
+      "T": 1000000000000,
+      "Ti": 1099511627776,
+      "k": 1000
+    }
   },
   "setEnvWrapper": "set_env=\"$1\"; shift; if [ ! -r \"$set_env\" ]; then echo \"torchdag: cannot read $set_env (ascend.setEnvScript)\"; exit 127; fi; . \"$set_env\"; exec -- \"$@\"",
   "shmVolume": {

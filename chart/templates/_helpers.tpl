@@ -38,6 +38,15 @@ app.kubernetes.io/managed-by: {{ .Release.Service | quote }}
 {{- else }}{{ toJson (float64 .) }}{{ end -}}
 {{- end -}}
 
+{{/* validate.quantity_value(): a quantity as a number, the suffix's factor multiplied or divided (catalogue `quantity`). Takes (list $catalog quantity). */}}
+{{- define "torchdag.quantityValue" -}}
+{{- $text := toString (index . 1) -}}
+{{- $suffix := regexFind "([KMGTPE]i|[numkMGTPE])$" $text -}}
+{{- $scale := (index . 0).quantity -}}
+{{- if hasKey $scale.divide $suffix }}{{ divf (float64 (trimSuffix $suffix $text)) (index $scale.divide $suffix) }}
+{{- else }}{{ mulf (float64 (trimSuffix $suffix $text)) (index $scale.multiply $suffix | default 1) }}{{ end -}}
+{{- end -}}
+
 {{/* yamlout.toleration(): one toleration as a flow mapping; the schema fixes its fields. */}}
 {{- define "torchdag.toleration" -}}
 {{- $toleration := . -}}

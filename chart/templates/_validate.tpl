@@ -95,6 +95,18 @@ worded by the catalogue's `messages`; one line per problem, all at once. (dict "
 {{- else }}{{ $_ := set $taken $mount (dict "rule" "volume-duplicate-mount" "first" $index) }}{{ end -}}
 {{- end -}}
 
+{{- /* rule resources-request-over-limit: top-level resources and each node's own; quantities as numbers (catalogue `quantity`) */ -}}
+{{- $owners := dict "resources" ($v.resources | default dict) -}}
+{{- range $index, $node := $v.nodes }}{{ if hasKey $node "resources" }}{{ $_ := set $owners (printf "nodes[%d].resources" $index) $node.resources }}{{ end }}{{ end -}}
+{{- range $owner, $resources := $owners -}}
+{{- range $name, $request := $resources.requests -}}
+{{- $limit := index ($resources.limits | default dict) $name -}}
+{{- if and (not (kindIs "invalid" $limit)) (gt (include "torchdag.quantityValue" (list $cat $request) | float64) (include "torchdag.quantityValue" (list $cat $limit) | float64)) -}}
+{{- $problems = append $problems (include "torchdag.problem" (list $cat "resources-request-over-limit" (printf "%s.requests.%s" $owner $name) (dict "request" (include "torchdag.quantity" $request) "limit" (include "torchdag.quantity" $limit)))) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
 {{- /* Chart only: values.yaml's placeholders for the required keys let `helm lint` render; a real release refuses them. */ -}}
 {{- if or .root.Release.IsInstall .root.Release.IsUpgrade -}}
 {{- range $key, $placeholder := $cat.chartPlaceholders -}}
