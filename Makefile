@@ -58,7 +58,7 @@ ASCEND_VENV := .venv-ascend
 ASCEND_STAMP := $(ASCEND_VENV)/.installed
 ASCEND_REQ := requirements-ascend-test.txt
 
-.PHONY: help setup render check test test-fast golden smoke chart-sync bench lint clean ascend-venv argo-lint go-tools
+.PHONY: help setup render check test test-fast golden smoke chart-sync bench lint clean ascend-venv argo-lint go-tools cluster-up cluster-nodes cluster-down
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 14
@@ -100,24 +100,39 @@ $(ARGOLINT_V3): $(ARGO_V3_SOURCES)
 # Linux from the module as it is. The build uses a tree of links to the module (nothing
 # copied) with that one link put back, through a Go workspace under .tools/.
 ARGO_LINKED := $(TOOLS)/src/argo-workflows-v4
-$(WORKFLOW_CONTROLLER) $(ARGOEXEC) &: $(ARGO_V4_SOURCES)
+$(WORKFLOW_CONTROLLER) $(ARGOEXEC) &: $(ARGO_V4_SOURCES) tools/argo/workflow-controller.sed
 	$(GO_CHECK)
 	mkdir -p $(TOOLS)/bin $(TOOLS)/src && rm -rf $(ARGO_LINKED)
 	cd tools/argo && $(GO) mod download $(ARGO_MODULE) && \
 		cp -rs "$$($(GO) list -m -f '{{.Dir}}' $(ARGO_MODULE))" $(abspath $(ARGO_LINKED))
 	chmod -R u+w $(ARGO_LINKED)
 	ln -s signal_darwin.go $(ARGO_LINKED)/workflow/executor/osspecific/signal_linux.go
+	main=$(ARGO_LINKED)/cmd/workflow-controller/main.go && \
+		sed -f tools/argo/workflow-controller.sed "$$(readlink $$main)" > $$main.patched && \
+		grep -q TORCHDAG_HEALTHZ_ADDRESS $$main.patched && mv -f $$main.patched $$main
 	printf 'go %s\nuse %s\nreplace %s => %s\n' "$$(sed -n 's/^go //p' tools/argo/go.mod)" \
 		$(abspath tools/argo) $(ARGO_MODULE) $(abspath $(ARGO_LINKED)) > $(TOOLS)/argo.work
 	cd tools/argo && GOWORK=$(abspath $(TOOLS)/argo.work) $(GO) build -o $(abspath $(TOOLS)/bin)/ \
 		$(ARGO_MODULE)/cmd/workflow-controller $(ARGO_MODULE)/cmd/argoexec
+
+# The local control plane (`make cluster-up`, docs/e2e.md): etcd, kube-apiserver,
+# kube-controller-manager and kube-scheduler from k8s.io/kubernetes (tools/cluster/go.mod pins
+# it) and the certificate helper, in one `go build` so the packages they share compile once.
+CLUSTER_BINS := $(addprefix $(TOOLS)/bin/,etcd kube-apiserver kube-controller-manager kube-scheduler clustercerts)
+CLUSTER_SOURCES := tools/cluster/go.mod tools/cluster/go.sum $(wildcard tools/cluster/cmd/*/*.go)
+$(CLUSTER_BINS) &: $(CLUSTER_SOURCES)
+	$(GO_CHECK)
+	mkdir -p $(TOOLS)/bin
+	cd tools/cluster && $(GO) build -o $(abspath $(TOOLS)/bin)/ k8s.io/kubernetes/cmd/kube-apiserver \
+		k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes/cmd/kube-scheduler ./cmd/etcd ./cmd/clustercerts
+	touch $(CLUSTER_BINS)  # go build leaves an up-to-date binary's time as it was
 
 # Kubernetes' own $(VAR) expansion (k8s.io/kubernetes), the oracle for the Python port.
 $(KUBEEXPAND): tools/kubeexpand/go.mod tools/kubeexpand/go.sum tools/kubeexpand/main.go
 	$(GO_CHECK)
 	cd tools/kubeexpand && $(GO) build -o $(abspath $@) .
 
-go-tools: $(ARGOLINT) $(ARGOLINT_V3) $(WORKFLOW_CONTROLLER) $(ARGOEXEC) $(KUBEEXPAND) ## build the Go tools into .tools/bin (cached)
+go-tools: $(ARGOLINT) $(ARGOLINT_V3) $(WORKFLOW_CONTROLLER) $(ARGOEXEC) $(KUBEEXPAND) $(CLUSTER_BINS) ## build the Go tools into .tools/bin (cached)
 
 FILES ?=
 argo-lint: $(ARGOLINT) $(ARGOLINT_V3) ## Argo's own validator (v4 and v3) on FILES="a.yaml b.yaml"
@@ -126,6 +141,18 @@ argo-lint: $(ARGOLINT) $(ARGOLINT_V3) ## Argo's own validator (v4 and v3) on FIL
 	for lint in $(ARGOLINT) $(ARGOLINT_V3); do \
 		echo "$$($$lint --version)"; $$lint $(FILES) || status=$$?; \
 	done; exit $$status
+
+# The cluster's state (pids, logs, certificates, kubeconfig) lives in CLUSTER_DIR.
+CLUSTER_DIR ?= .cluster
+CLUSTER := $(RENDER_PY) -m torchdag.cluster --dir $(CLUSTER_DIR)
+cluster-up: $(RENDER_STAMP) $(CLUSTER_BINS) $(WORKFLOW_CONTROLLER) $(ARGOEXEC) $(KUBECTL) ## start a local control plane + Argo's controller (processes on 127.0.0.1); CLUSTER_DIR/kubeconfig
+	$(CLUSTER) up
+
+cluster-nodes: $(RENDER_STAMP) ## register VALUES' nodes as Ready Nodes of the local cluster
+	$(CLUSTER) nodes $(VALUES)
+
+cluster-down: $(RENDER_STAMP) ## stop the local cluster's processes and remove CLUSTER_DIR
+	$(CLUSTER) down
 
 setup: $(VENV_STAMP) $(HELM) ## install the venv (torch, test tools), helm and kubectl
 
@@ -183,7 +210,7 @@ $(FAST_STAMP): requirements-fast.txt requirements-render.txt
 test-fast: $(FAST_STAMP) $(HELM) ## every render, schema, chart and front-door test: no torch, no Go (a minute or two)
 	HELM=$(abspath $(HELM)) $(FAST_VENV)/bin/python -m pytest -n 2 -m "$(FAST_MARKERS)" tests
 
-test: lint $(VENV_STAMP) $(HELM) $(ASCEND_STAMP) $(ARGOLINT) $(ARGOLINT_V3) $(KUBEEXPAND) ## lint, then install everything and run the whole test suite
+test: lint $(VENV_STAMP) $(HELM) $(ASCEND_STAMP) $(ARGOLINT) $(ARGOLINT_V3) $(KUBEEXPAND) $(CLUSTER_BINS) $(WORKFLOW_CONTROLLER) $(ARGOEXEC) $(KUBECTL) ## lint, then install everything and run the whole test suite
 	HELM=$(abspath $(HELM)) ARGOLINT=$(abspath $(ARGOLINT)) ARGOLINT_V3=$(abspath $(ARGOLINT_V3)) KUBEEXPAND=$(abspath $(KUBEEXPAND)) \
 		TORCHDAG_ASCEND_VENV_REQUIRED=1 TORCHDAG_NETNS_REQUIRED=1 $(PY) -m pytest -n 2 tests
 
@@ -201,8 +228,9 @@ $(BENCH_VENV)/.installed: requirements-bench.txt
 	$(BENCH_VENV)/bin/python -m pip install --quiet --disable-pip-version-check -r requirements-bench.txt
 	touch $@
 
-bench: $(VENV_STAMP) $(HELM) $(BENCH_VENV)/.installed ## render, helm and TorchX side by side; trainer overhead (numbers, not pass/fail)
+bench: $(VENV_STAMP) $(HELM) $(BENCH_VENV)/.installed ## render, helm and TorchX side by side; Argo's status per pod; trainer overhead (numbers, not pass/fail)
 	HELM=$(abspath $(HELM)) $(PY) bench/bench_render.py
+	$(PY) bench/bench_status.py
 	$(PY) bench/bench_trainer.py
 
 lint: $(FAST_STAMP) ## ruff (pyproject.toml) on the Python, yamllint on the golden Workflows (what users review)

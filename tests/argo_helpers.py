@@ -14,6 +14,7 @@ import re
 from typing import Any
 
 import kubernetes_validate
+import yaml
 
 from torchdag.localrun.expand import kube_command, kube_container_env
 
@@ -84,6 +85,8 @@ def task_pods(doc: dict) -> dict[str, dict]:
             pod_spec["priorityClassName"] = spec["podPriorityClassName"]
         if "schedulerName" in template:
             pod_spec["schedulerName"] = template["schedulerName"]
+        if "podSpecPatch" in template:  # the pod network's hostname and subdomain (no list fields in it)
+            pod_spec.update(yaml.safe_load(template["podSpecPatch"]))
         metadata = {"name": f"wf-test-{task['name']}", "labels": {**spec.get("podMetadata", {}).get("labels", {}),
                                                                   **template.get("metadata", {}).get("labels", {})}}
         annotations = {**spec.get("podMetadata", {}).get("annotations", {}),
@@ -101,6 +104,9 @@ def validate_kubernetes(pod: dict) -> None:
 def container_process(container: dict) -> tuple[list[str], dict[str, str]]:
     """argv and environment of a container after Kubernetes' expansion (the local runner's
     port of kubelet's expand.go, unit-tested against it in tests/test_localrun.py)."""
-    env = dict(kube_container_env((item["name"], item["value"]) for item in container.get("env", [])))
+    # Env from the downward API reads as "<fieldRef:PATH>": what the kubelet fills in is not known here.
+    env = dict(kube_container_env((item["name"], item["value"] if "value" in item else
+                                   f"<fieldRef:{item['valueFrom']['fieldRef']['fieldPath']}>")
+                                  for item in container.get("env", [])))
     argv = kube_command(container.get("command", []) + container.get("args", []), env)
     return argv, env

@@ -72,6 +72,11 @@ def _raw(case_id: str, field: str, fragment: str, old: str, new: str) -> BadCase
     return BadCase(case_id, text.replace(old, new, 1), field, fragment)
 
 
+def _pod_security(level: str):
+    """A Pod Security level with what it needs of BASE (Ascend nodes): the pod network, no driver mounts."""
+    return _all(_set("podSecurity", level), _set("network", {"mode": "pod"}), _set("ascend", {"mountDriver": False}))
+
+
 def _all(*changes):
     def change(values):
         for each in changes:
@@ -281,4 +286,24 @@ BAD_CASES = [
     _case("extra-args-override-master", "launcher.extraArgs[0]",
           "'--master-addr=10.0.0.9' sets a launcher flag torchdag plans",
           _set("launcher", {"extraArgs": ["--master-addr=10.0.0.9"]})),
+    # Issue 19: the pod network and Pod Security (rules the schema states)
+    _case("network-host-beside-host-network-false", "hostNetwork",
+          "which means the pod network, but network.mode is host",
+          _all(_set("network", {"mode": "host"}), _set("hostNetwork", False))),
+    _case("pod-network-service-name-digit", "name", "a Service name starts with a letter",
+          _all(_set("name", "7train"), _set("network", {"mode": "pod"}))),
+    _case("pod-security-on-the-host-network", "podSecurity", "'baseline' refuses hostNetwork",
+          _set("podSecurity", "baseline")),
+    _case("pod-security-host-path", "volumes[0].hostPath", "is a hostPath volume, which Pod Security baseline",
+          _all(_set("podSecurity", "baseline"), _set("hostNetwork", False), _set("ascend", {"mountDriver": False}),
+               _set("volumes", [{"name": "data", "mountPath": "/data", "hostPath": {"path": "/mnt/data"}}]))),
+    _case("pod-security-ascend-driver-mounts", "ascend.mountDriver", "let the Ascend Docker Runtime inject the driver",
+          _all(_set("podSecurity", "baseline"), _set("network", {"mode": "pod"}))),
+    _case("pod-security-ipc-lock", "containerSecurity.addCapabilities[0]", "beyond what Pod Security baseline allows",
+          _all(_pod_security("baseline"), _set("containerSecurity", {"addCapabilities": ["IPC_LOCK"]}))),
+    _case("restricted-root-user", "securityContext.runAsUser", "must not be 0 (root) with podSecurity: restricted",
+          _all(_pod_security("restricted"), _set("securityContext", {"runAsUser": 0}))),
+    _case("restricted-privilege-escalation", "containerSecurity.allowPrivilegeEscalation",
+          "must be false with podSecurity: restricted",
+          _all(_pod_security("restricted"), _set("containerSecurity", {"allowPrivilegeEscalation": True}))),
 ]

@@ -78,7 +78,8 @@ def fit_values(values: dict) -> dict:
     security, context = values.get("containerSecurity") or {}, values.get("securityContext") or {}
     bindless = security.get("dropAllCapabilities", True) and "NET_BIND_SERVICE" not in (
         security.get("addCapabilities") or []) or context.get("runAsUser", 0) > 0 or context.get("runAsNonRoot")
-    if port < 1024 and values.get("hostNetwork", True) and bindless or ascend and 60000 <= port <= 60015:
+    mode = (values.get("network") or {}).get("mode") or ("host" if values.get("hostNetwork", True) else "pod")
+    if port < 1024 and mode == "host" and bindless or ascend and 60000 <= port <= 60015:
         values["port"] = port + 2048
     timeouts = values.get("timeouts") or {}  # the strategy draws no null section
     if ascend and (timeouts.get("processGroup") or 68) < 68:

@@ -18,11 +18,13 @@ from trainer_helpers import REPO, clean_env
 
 GANGWATCH = REPO / "trainer" / "agents" / "gangwatch.py"
 WF, NS, TOKEN = "gang-volcano-x7k2p", "training", "test-token-123"
-SELECTOR = f"workflows.argoproj.io/workflow={WF},torchdag.io/node-rank"
+SELECTOR = f"workflows.argoproj.io/workflow={WF}"
 PODS_PATH = f"/api/v1/namespaces/{NS}/pods"
 WF_PATH = f"/apis/argoproj.io/v1alpha1/namespaces/{NS}/workflows/{WF}"
 UNSCHEDULABLE = "0/12 nodes are available: 12 Insufficient huawei.com/Ascend910."
 RUNNING_WF = {"metadata": {"name": WF}, "spec": {}, "status": {"phase": "Running"}}
+PODGROUP = "scheduling.volcano.sh/v1beta1/podgroups/" + WF
+PODGROUP_PATH = f"/apis/scheduling.volcano.sh/v1beta1/namespaces/{NS}/podgroups/{WF}"
 
 
 def pod(rank: int, how: str = "condition", message: str = UNSCHEDULABLE, attempt: str = WF) -> dict:
@@ -45,6 +47,19 @@ def pod(rank: int, how: str = "condition", message: str = UNSCHEDULABLE, attempt
     return {"metadata": meta, "spec": spec, "status": status}
 
 
+def task_pod(task: str, node_id: str, phase: str = "Running", attempt: str = WF, message: str = "") -> dict:
+    """A pod of another task (the watch's own, `gang`), as Argo labels and annotates it."""
+    meta = {"name": f"{WF}-{task}-{abs(hash(node_id)) % 10000}", "creationTimestamp": "2024-05-01T10:00:00Z",
+            "labels": {"workflows.argoproj.io/workflow": WF},
+            "annotations": {"workflows.argoproj.io/node-name": f"{attempt}.{task}",
+                            "workflows.argoproj.io/node-id": node_id}}
+    status = {"phase": phase}
+    if message:
+        status["containerStatuses"] = [{"name": "main", "state": {"terminated": {
+            "exitCode": 1, "reason": "Error", "message": message}}}]
+    return {"metadata": meta, "spec": {"nodeName": "atlas-01"}, "status": status}
+
+
 def pod_list(*pods) -> tuple[int, dict]:
     return 200, {"kind": "PodList", "items": list(pods)}
 
@@ -61,6 +76,7 @@ class FakeApi:
         self.pods: list[tuple[int, dict]] = [pod_list()]
         self.workflow: tuple[int, dict] = (200, RUNNING_WF)
         self.patch: list[tuple[int, dict]] = [(200, RUNNING_WF)]
+        self.delete: tuple[int, dict] = (200, {"kind": "PodGroup"})
         self.requests: list[dict] = []
         self.lock = threading.Lock()
 
@@ -76,6 +92,8 @@ class FakeApi:
                 return self.workflow
             if method == "PATCH" and route == WF_PATH:
                 return self.patch.pop(0) if len(self.patch) > 1 else self.patch[0]
+            if method == "DELETE" and route == PODGROUP_PATH:
+                return self.delete
             return status(404, f"no route for {method} {route}")
 
     def calls(self, method: str, route: str) -> list[dict]:
@@ -97,7 +115,7 @@ def api():
             self.end_headers()
             self.wfile.write(data)
 
-        do_GET = do_PATCH = _serve
+        do_GET = do_PATCH = do_DELETE = _serve
 
         def log_message(self, *args):
             pass

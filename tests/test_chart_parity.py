@@ -8,6 +8,7 @@ import re
 import tempfile
 from pathlib import Path
 
+import network_strategy
 import pytest
 import yaml
 from fit_cases import fit_values
@@ -66,7 +67,7 @@ ONE_NODE = {backend: [kind for kind in ACCELERATORS if accelerator(kind)["device
 # Sections (objects whose keys have defaults). Both renderers refuse a null section (see
 # test_null_without_meaning_is_refused_by_both), so the strategy never draws one.
 SECTIONS = ("launcher", "timeouts", "workflow", "ascend", "preflight", "rbac", "scheduling", "failurePolicy",
-            "containerSecurity")
+            "containerSecurity", "network")
 # Keys whose absence means "off" (schema x-null): a null there is valid and deletes the default
 # (failurePolicy's maxRestarts is not one: its strategy draws no null).
 NULLABLE = {"rendezvous", "processGroup", "hcclConnect", "workflowDeadline", "ttlSecondsAfterFinished", "maxRestarts"}
@@ -195,6 +196,8 @@ def values_strategy(draw) -> dict:
         "labels": label_map,
         "annotations": annotation_map,
         "hostNetwork": st.booleans(),
+        "network": network_strategy.network(section),
+        "podSecurity": network_strategy.POD_SECURITY,
         "shmSize": st.one_of(quantity, st.just("")),
         "securityContext": security_context,
         "volumes": volumes_strategy(),
@@ -206,7 +209,7 @@ def values_strategy(draw) -> dict:
         "workflow": section(ttlSecondsAfterFinished=st.integers(0, 10**7),
                             podGC=st.sampled_from(["", "OnPodCompletion", "OnPodSuccess", "OnWorkflowCompletion",
                                                    "OnWorkflowSuccess"]),
-                            priorityClassName=st.one_of(st.just(""), dns_label)),
+                            priorityClassName=st.one_of(st.just(""), dns_label), nodeStatusOffload=st.booleans()),
         "ascend": section(mountDriver=st.booleans(),
                           driverPath=st.sampled_from(["/", "/opt/ascend/driver", "/usr/local/Ascend/driver//", "/d ü"]),
                           setEnvScript=hostile_text, whitelistDisable=st.booleans(), duoCard=st.booleans()),
@@ -253,6 +256,7 @@ def values_strategy(draw) -> dict:
     if isinstance(scheduling, dict) and scheduling.get("gang") == "kueue" and not scheduling.get("queue"):
         scheduling["queue"] = "team-a"  # Kueue needs its LocalQueue (refusal tested in test_gang.py)
     kubernetes_valid(values)
+    network_strategy.fit(values)
     return fit_values(values)  # ports, timeouts and restarts that can work (refusals: tests/fit_cases.py)
 
 

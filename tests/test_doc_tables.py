@@ -187,6 +187,10 @@ TRAINER = {
         F + "test_loopback_hostname_without_nic_is_the_writeups_failure",
         "tests/test_netns.py::test_loopback_hostname_without_nic_fails_and_preflight_names_cause_and_fix",
     ],
+    "master name resolves": ["tests/test_preflight_dns.py::test_a_worker_waits_for_the_masters_name_then_its_port",
+                             "tests/test_preflight_dns.py::test_a_name_that_never_resolves_is_one_line_within_the_bound",
+                             "tests/test_preflight_dns.py::"
+                             "test_the_real_resolver_never_sees_the_name_and_the_launcher_never_starts"],
     "master reachable": [F + "test_unreachable_master_gives_up_after_timeout", F + "test_master_waits_for_late_master"],
     "master port free": [F + "test_busy_master_port"],
     "devices cover nproc": [F + "test_device_count_must_cover_nproc", F + "test_exec_not_run_without_the_devices"],

@@ -66,9 +66,12 @@ def test_every_training_pod_joins_the_one_gang_of_n(kind):
     # Workflow, naming the unplaced pods, if the gang is not placed within scheduling.timeout.
     watch = templates["gang-watch"]
     assert {"name": "gang-watch", "template": "gang-watch"} in tasks
+    podgroup = {"volcano": ["--podgroup=scheduling.volcano.sh/v1beta1/podgroups/{{workflow.name}}"],
+                "coscheduling": ["--podgroup=scheduling.x-k8s.io/v1alpha1/podgroups/{{workflow.name}}"]}
     assert watch["container"]["command"] == ["python3", "/opt/torchdag/trainer/agents/gangwatch.py",
                                              "--workflow={{workflow.name}}",
-                                             "--namespace={{workflow.namespace}}", f"--pods={n}", "--timeout=900"]
+                                             "--namespace={{workflow.namespace}}", f"--pods={n}", "--timeout=900",
+                                             *podgroup.get(kind, [])]
     assert "schedulerName" not in watch and "affinity" not in watch  # not part of the gang
     if kind == "kueue":
         assert "gang" not in templates and all("depends" not in t for t in tasks)
@@ -122,7 +125,8 @@ def test_chart_rbac_lets_the_workflow_apply_its_podgroup(helm, tmp_path, kind, g
     if group is None:
         assert podgroups == []
     else:
-        assert podgroups == [{"apiGroups": [group], "resources": ["podgroups"], "verbs": ["get", "create", "patch"]}]
+        verbs = ["get", "create", "patch", "delete"]  # delete: the watch frees the queue when it stops the job
+        assert podgroups == [{"apiGroups": [group], "resources": ["podgroups"], "verbs": verbs}]
     # the gang watch: read the pods, stop the Workflow
     assert {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list"]} in role["rules"]
     assert {"apiGroups": ["argoproj.io"], "resources": ["workflows"], "verbs": ["get", "patch"]} in role["rules"]

@@ -13,6 +13,8 @@ import pytest
 from gangwatch_helpers import (
     GANGWATCH,
     NS,
+    PODGROUP,
+    PODGROUP_PATH,
     PODS_PATH,
     RUNNING_WF,
     SELECTOR,
@@ -25,6 +27,7 @@ from gangwatch_helpers import (
     pod_list,
     run_watch,
     status,
+    task_pod,
     watch_env,
 )
 
@@ -40,7 +43,7 @@ def test_all_placed_at_once(api, tmp_path):
     assert not api.calls("PATCH", WF_PATH)
     (first, *_) = api.calls("GET", PODS_PATH)
     query = urllib.parse.urlsplit(first["path"]).query
-    assert "%2C" in query and "%3D" in query  # the selector is URL-encoded
+    assert "%2F" in query and "%3D" in query  # the selector is URL-encoded
     assert urllib.parse.parse_qs(query) == {"labelSelector": [SELECTOR]}
     assert (tmp_path / "termination-log").read_text() == ""
     assert_clean(r)
@@ -151,34 +154,62 @@ def test_unreachable_api_is_not_a_reason_to_stop(tmp_path):
 
 def test_restarted_dag_watches_only_its_own_attempt(api, tmp_path):
     """After a whole-job restart the first attempt's pods (long scheduled, now Failed) are
-    still listed; only the pods of the watch's own attempt count."""
+    still listed; only the pods of the watch's own attempt count. The watch finds its own
+    pod by Argo's node-id annotation (ARGO_NODE_ID), never through the Workflow's
+    status.nodes, which Argo empties once it compresses or offloads the status."""
     own_id = f"{WF}-1234"
-    api.workflow = (200, {"metadata": {"name": WF}, "spec": {}, "status": {"phase": "Running", "nodes": {
-        own_id: {"id": own_id, "name": f"{WF}(1).gang-watch", "displayName": "gang-watch", "type": "Pod",
-                 "phase": "Running"},
-        f"{WF}-99": {"name": f"{WF}(0).node-0", "displayName": "node-0", "type": "Pod", "phase": "Failed"}}}})
     old = [pod(rank, "failed", attempt=f"{WF}(0)") for rank in range(3)]
-    api.pods = [pod_list(*old, pod(0, attempt=f"{WF}(1)"), pod(1, attempt=f"{WF}(1)"),
-                         pod(2, "unschedulable", attempt=f"{WF}(1)"))]
+    api.pods = [pod_list(*old, task_pod("gang-watch", own_id, attempt=f"{WF}(1)"), pod(0, attempt=f"{WF}(1)"),
+                         pod(1, attempt=f"{WF}(1)"), pod(2, "unschedulable", attempt=f"{WF}(1)"))]
     r = run_watch(api.url, tmp_path, timeout=1, env={"ARGO_NODE_ID": own_id})
     assert r.returncode == 1, r.stdout + r.stderr
     assert f"2/3 pods scheduled; node-rank 2 (pod {WF}-node-2-1002): Unschedulable" in r.stdout
     assert len(api.calls("PATCH", WF_PATH)) == 1
 
 
+def test_without_its_own_pod_listed_the_watch_trusts_no_pod(api, tmp_path):
+    """Under Argo, pods count only once the watch has seen its own (which names its
+    attempt): placed pods of an unknown attempt must not end the watch as placed."""
+    api.pods = [pod_list(*[pod(rank, "running", attempt=f"{WF}(0)") for rank in range(3)])]
+    r = run_watch(api.url, tmp_path, timeout=0.5, env={"ARGO_NODE_ID": f"{WF}-1234"})
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert "gang placed" not in r.stdout
+    assert f"could not read the pods of workflow {WF} at the deadline" in r.stderr
+    assert not api.calls("PATCH", WF_PATH)
+
+
 def test_failed_gang_task_ends_the_watch(api, tmp_path):
     """The PodGroup could not be created: the training tasks never start and the Workflow
-    fails on its own once the watch is done; waiting for the timeout would only delay it."""
-    api.workflow = (200, {"metadata": {"name": WF}, "spec": {}, "status": {"phase": "Running", "nodes": {
-        "a": {"name": WF, "displayName": WF, "type": "DAG", "phase": "Running"},
-        "b": {"name": f"{WF}.gang", "displayName": "gang", "type": "Pod", "phase": "Failed",
-              "message": 'the server could not find the requested resource (podgroups)'},
-        "c": {"name": f"{WF}.gang-watch", "displayName": "gang-watch", "type": "Pod", "phase": "Running"}}}})
-    r = run_watch(api.url, tmp_path)
+    fails on its own once the watch is done; waiting for the timeout would only delay it.
+    The failure reads as Argo writes a failed node's message."""
+    own_id = f"{WF}-1234"
+    api.pods = [pod_list(task_pod("gang-watch", own_id),
+                         task_pod("gang", f"{WF}-5678", "Failed",
+                                  message="the server could not find the requested resource (podgroups)"))]
+    r = run_watch(api.url, tmp_path, env={"ARGO_NODE_ID": own_id})
     assert r.returncode == 0, r.stdout + r.stderr
-    assert (f"[gang-watch] workflow {WF} is failing without the gang (gang: Failed: the server could not find the "
-            "requested resource (podgroups)) and has no pod left to place: nothing to watch") in r.stdout.splitlines()
+    assert (f"[gang-watch] workflow {WF} is failing without the gang (gang: Failed: main: Error (exit code 1): the "
+            "server could not find the requested resource (podgroups)) and has no pod left to place: nothing to "
+            "watch") in r.stdout.splitlines()
     assert not api.calls("PATCH", WF_PATH)
+
+
+def test_a_stopped_gang_has_its_podgroup_deleted(api, tmp_path):
+    """Volcano's PodGroup lives as long as the Workflow and would hold its queue's capacity."""
+    api.pods = [pod_list(pod(0), pod(1, "unschedulable"))]
+    r = run_watch(api.url, tmp_path, f"--podgroup={PODGROUP}", pods=2, timeout=0.5)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert (f"[gang-watch] stopped workflow {WF}: gang not placed within 0.5 s; podgroups {WF} deleted"
+            in r.stdout.splitlines())
+    assert len(api.calls("DELETE", PODGROUP_PATH)) == 1
+    api.requests.clear()
+    api.delete = status(403, "podgroups is forbidden")
+    r = run_watch(api.url, tmp_path, f"--podgroup={PODGROUP}", pods=2, timeout=0.5)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert f"; could not delete podgroups {WF} (" in r.stdout and "delete it by hand to free its queue" in r.stdout
+    bad = run_watch(api.url, tmp_path, "--podgroup=podgroups/x", pods=2, timeout=0.5)
+    assert bad.returncode == 2 and "is not GROUP/VERSION/RESOURCE/NAME" in bad.stderr
+    assert_clean(r)
 
 
 def test_usage_errors_and_help(tmp_path):

@@ -244,12 +244,16 @@ def test_escaped_strings_survive_expansion_byte_exact(value, env):
     assert kube_expand(dollar_escape(value), env.get) == value
 
 
-def test_argo_substitution_is_single_pass_and_strict():
+def test_argo_substitution_is_single_pass_and_strict_only_where_argo_is():
     scope = {"inputs.parameters.a": "{{inputs.parameters.b}}", "inputs.parameters.b": "B", "workflow.name": "wf"}
     assert argo_substitute("x{{inputs.parameters.a}}y", scope) == "x{{inputs.parameters.b}}y"
     assert argo_substitute("{{ workflow.name }}/{{workflow.name}}", scope) == "wf/wf"
-    with pytest.raises(UnresolvedTag, match=r"failed to resolve \{\{inputs.parameters.zz\}\}"):
-        argo_substitute("{{inputs.parameters.zz}}", scope)
+    for tag in ("inputs.parameters.zz", "workflow.parameters.x", "tasks.a.ip", "pod.name", "item.x"):
+        with pytest.raises(UnresolvedTag, match=r"failed to resolve \{\{" + re.escape(tag) + r"\}\}"):
+            argo_substitute("{{%s}}" % tag, scope)
+    # Argo's validator resolves only those prefixes; the controller leaves the rest as text.
+    assert argo_substitute("{{retries}} {{ foo }} {{workflowx.y}} {{inputs}}", scope) == \
+        "{{retries}} {{ foo }} {{workflowx.y}} {{inputs}}"
 
 
 def test_workflow_variables_and_parameters_are_substituted():

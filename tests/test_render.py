@@ -19,7 +19,8 @@ from golden import golden_pairs
 from helpers import REPO
 from torchdag.catalog import set_env_wrapper
 from torchdag.cli import main
-from torchdag.pipeline import build
+from torchdag.network import is_pod
+from torchdag.pipeline import build, valid_values
 from torchdag.problems import ValuesError
 
 RENDER_PY = [sys.executable, str(REPO / "render.py")]
@@ -193,7 +194,7 @@ def test_accelerator_resources_and_nic_env_per_kind():
     argv, _ = container_process(auto)
     exec_at = argv.index("--exec")
     assert argv[:2] == ["python3", "/opt/preflight.py"] and "--nic=auto" in argv and argv[exec_at + 1] == "torchrun"
-    assert "hostNetwork" not in doc["spec"]
+    assert doc["spec"]["hostNetwork"] is True  # network.mode: host; pod mode: tests/test_network.py
     assert "volumes" in doc["spec"] and all(v["name"] != "dshm" for v in doc["spec"]["volumes"])
 
 
@@ -389,5 +390,7 @@ def test_the_file_starts_with_every_nodes_rank_name_and_nic(values):
     nodes = yaml.safe_load(values.read_text())["nodes"]
     master = next((i for i, node in enumerate(nodes) if node.get("master")), 0)
     in_rank_order = [nodes[master]] + [node for i, node in enumerate(nodes) if i != master]
+    merged = valid_values(values)  # on the pod network a node without nic uses network.nic
+    default_nic = merged["network"]["nic"] if is_pod(merged) else "-"
     assert [(row[0], row[1], row[3]) for row in rows] == [
-        (str(rank), node["name"], node.get("nic") or "-") for rank, node in enumerate(in_rank_order)]
+        (str(rank), node["name"], node.get("nic") or default_nic) for rank, node in enumerate(in_rank_order)]

@@ -17,6 +17,8 @@ sys.path.insert(0, str(REPO))
 from trainer import checkpoint
 from trainer.config import LaunchError, parse_config
 
+pytestmark = pytest.mark.torch  # real torchrun jobs and the trainer's modules
+
 
 def test_every_default_of_the_table():
     cfg = parse_config([], env={})

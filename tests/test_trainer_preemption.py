@@ -41,6 +41,8 @@ sys.path.insert(0, str(REPO))
 
 from trainer import checkpoint
 
+pytestmark = pytest.mark.torch  # real torchrun jobs and the trainer's modules
+
 PREEMPTED = 75  # EX_TEMPFAIL, docs/trainer.md "Exit status"
 GRACE = 30  # Kubernetes' default terminationGracePeriodSeconds and torchrun's shutdown timeout
 LONG_RUN = ["--max-steps", "1000000", "--checkpoint-every", "100", "--log-every", "0"]

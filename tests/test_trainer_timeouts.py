@@ -13,6 +13,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from trainer_helpers import (
     JOB_TIMEOUT,
     REPO,
@@ -33,6 +35,8 @@ from trainer_helpers import (
 sys.path.insert(0, str(REPO))
 
 from trainer import checkpoint
+
+pytestmark = pytest.mark.torch  # real torchrun jobs and the trainer's modules
 
 GRACE = 30  # Kubernetes' default terminationGracePeriodSeconds and torchrun's shutdown timeout
 # ~1.6 s steps on one core, 18 MB checkpoints: the measured table's last row

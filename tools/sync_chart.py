@@ -298,8 +298,8 @@ def _any_prefix(flag: str) -> str:
 
 def generated_definitions(schema: dict) -> dict[str, dict]:
     """The schema's `$defs` that come from the catalogue and from the schema's defaults: the
-    rules they carry (env-reserved, launcher-planned-flag, resource-name-kind,
-    volume-builtin-name, null-deletes-default, port-*, hccl-exec-timeout-short) are then enforced by both renderers."""
+    rules they carry (env-reserved, launcher-planned-flag, resource-name-kind, volume-builtin-name,
+    null-deletes-default, pod-security-ascend-driver, catalog.fit_definitions') are enforced by both renderers."""
     sys.path.insert(0, str(REPO))
     from torchdag import catalog
 

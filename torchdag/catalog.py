@@ -96,7 +96,8 @@ def resource_name(kind: str, values: dict) -> str:
 
 def reserved_env() -> list[str]:
     """Env names torchdag or the launcher sets: a user `env` entry would silently fight them."""
-    names = [entry["value"][0] for entry in catalog()["container"]["env"]]
+    container = catalog()["container"]
+    names = [entry["value"][0] for entry in container["env"] + container["fieldEnv"]]
     return list(dict.fromkeys(names + catalog()["launcherEnv"]))
 
 
@@ -129,11 +130,11 @@ def set_env_wrapper() -> str:
 
 
 def fit_definitions() -> dict[str, dict]:
-    """The facts the schema rules port-privileged, port-hccl and hccl-exec-timeout-short read,
-    as `$defs` (tools/sync_chart.py writes them in): which kinds are Ascend, the host ports HCCL
-    takes and the env that moves them, the ports only CAP_NET_BIND_SERVICE binds on the host
-    network, the timeouts below HCCL_EXEC_TIMEOUT's step (each a positive number: what is not
-    is the schema's own refusal)."""
+    """The facts the schema rules port-privileged, port-hccl, hccl-exec-timeout-short and
+    pod-security-ascend-driver read, as `$defs` (tools/sync_chart.py writes them in): the Ascend
+    kinds, the host ports HCCL takes and the env that moves them, the ports only
+    CAP_NET_BIND_SERVICE binds on the host network, the timeouts below HCCL_EXEC_TIMEOUT's step
+    (each a positive number: what is not is the schema's own refusal)."""
     ports = catalog()["ports"]
     hccl = ports["hcclHost"]
     return {

@@ -84,6 +84,9 @@ def gang(values: dict, nodes: list) -> dict | None:
     }
     group = entry["podGroup"]
     if group:
+        # The watch deletes it when it stops the job: it lives as long as the Workflow and
+        # may hold queue capacity otherwise.
+        gang["watch"].append(f"--podgroup={group['apiVersion']}/{group['resource']}/{GANG_NAME}")
         priority = values["workflow"]["priorityClassName"]
         facts = {"count": str(len(nodes)), "timeout": str(int(scheduling["timeout"])),
                  "queue": quote(scheduling["queue"]) if scheduling["queue"] else "",

@@ -54,6 +54,10 @@ class Rendered:
         """Advice that does not stop rendering (printed on stderr)."""
         nodes = self.values["nodes"]
         advice = self._hccl_port_warnings()
+        if self.plan.network:
+            return advice + [f"{self.source}: nodes[{index}].address: unused on the pod network (network.mode: pod): "
+                             "the other nodes reach this node by its pod's DNS name; remove it"
+                             for index, node in enumerate(nodes) if node.get("address")]
         if len(nodes) == 1:
             return advice
         return advice + [

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 from .catalog import accelerator, catalog, fill, hccl_exec_timeout, hccl_limit, is_ipv4, items, resource_name
 from .jobparts import container_security, gang, retry_strategy, volumes
+from .network import is_pod, master_address, network_plan, node_depends, rendezvous_wait
 from .yamlout import dollar_escape, quantity
 
 # Argo fills this in a template with a retryStrategy: 0 on the first attempt, then 1, 2...
@@ -42,6 +43,7 @@ class Shape:
     command: tuple[str, ...]  # as written in the Workflow (Kubernetes' $ escaping applied)
     args: tuple[str, ...]
     env: tuple[tuple[str, str], ...]
+    field_env: tuple[tuple[str, str], ...]  # (name, fieldPath): env from the downward API
     resources: dict  # {"requests": {...}, "limits": {...}}, sections only when non-empty
     mounts: tuple[dict, ...]  # volumeMounts entries
     set_env: bool  # the command starts with the set_env.sh wrapper
@@ -72,6 +74,9 @@ class Plan:
     volumes: list[dict]  # the pod volumes, in print order
     retry: dict | None  # the train DAG's retryStrategy (failurePolicy), or None
     gang: dict | None  # gang scheduling (scheduling.gang): pod fields and the PodGroup manifest, or None
+    network: dict | None  # the pod network (torchdag/network.py), or None on the host network
+    depends: str  # what every node task waits for ("" for nothing)
+    master_address: str  # --master_addr: the master's host address, or its DNS name on the pod network
     security: dict  # every container's securityContext (containerSecurity)
     backend: str
     backend_reason: str
@@ -136,6 +141,8 @@ def job_facts(values: dict, backend: str, master_address: str) -> dict:
         "hcclExecTimeout": str(hccl_exec_timeout(timeouts["processGroup"])) if timeouts["processGroup"] else "",
         "restarts": bool(values["failurePolicy"]["maxRestarts"]),
         "whitelistDisable": bool(values["ascend"]["whitelistDisable"]),
+        "podNetwork": is_pod(values),
+        "rendezvousWait": rendezvous_wait(values),
         **{f"input:{name}": argo_parameter(name) for name in INPUTS},
     }
 
@@ -149,7 +156,8 @@ def shape_facts(job: dict, kind: str, devices: int, nic: str, address: str, own_
         "device": entry["device"],
         "devices": str(devices),
         "ascend": entry["ascend"],
-        "hasIfIp": entry["ifIp"] and is_ipv4(address),
+        "hasIfIp": entry["ifIp"] and not job["podNetwork"] and is_ipv4(address),
+        "ifIpDevice": entry["ifIp"],
         "nicNamed": nic not in ("", "auto"),
         "nicAuto": nic == "auto",
         "nicNone": nic == "",
@@ -163,7 +171,7 @@ def _command(values: dict, facts: dict) -> list[str]:
     set_env = facts["ascend"] and values["ascend"]["setEnvScript"]
     if set_env:
         words += ["/bin/bash", "-c", catalog()["setEnvWrapper"], "torchdag-set-env", set_env]
-    if values["preflight"]["enabled"] or facts["nicAuto"]:
+    if values["preflight"]["enabled"] or facts["nicAuto"] or facts["podNetwork"]:
         words += values["preflight"]["command"] + items(container["preflightArgs"], facts)
     words += items(container["launchers"][values["launcher"]["type"]], facts)
     # The wrapper's own words are bash syntax, not Kubernetes': escape only from the script path on.
@@ -210,6 +218,7 @@ def _shape(values: dict, facts: dict, resources: dict, mounts_driver: bool) -> d
         "command": tuple(_command(values, facts)),
         "args": tuple(_args(values, facts)),
         "env": tuple(_env(values, facts)),
+        "field_env": tuple(tuple(pair) for pair in items(container["fieldEnv"], facts)),
         "resources": resources,
         "mounts": tuple(_mounts(values, facts, mounts_driver)),
         "set_env": bool(facts["ascend"] and values["ascend"]["setEnvScript"]),
@@ -239,7 +248,8 @@ def make_plan(values: dict) -> Plan:
     backend, reason = resolve_backend(values)
     kinds = {node.get("accelerator", "cpu") for node in nodes}
     mounts_driver = bool(values["ascend"]["mountDriver"]) and any(accelerator(kind)["ascend"] for kind in kinds)
-    job = job_facts(values, backend, master.get("address") or master["name"])
+    pod = is_pod(values)
+    job = job_facts(values, backend, master_address(values) if pod else master.get("address") or master["name"])
 
     specs: dict[tuple, dict] = {}  # shape key -> the shape's fields, in first-seen order
     placed = []
@@ -247,8 +257,9 @@ def make_plan(values: dict) -> Plan:
         node = nodes[index]
         kind = node.get("accelerator", "cpu")
         devices = int(node.get("devices", 1))
-        address = node.get("address") or node["name"]
-        nic = node.get("nic") or ""
+        # On the pod network a node is reached by its pod's name, through the pod's own NIC.
+        address = f"node-{rank}" if pod else node.get("address") or node["name"]
+        nic = node.get("nic") or (values["network"]["nic"] if pod else "")
         resources = _resources(node, values)
         facts = shape_facts(job, kind, devices, nic, address, "resources" in node)
         key = (kind, devices, repr(resources), nic if nic in ("", "auto") else "named", facts["hasIfIp"])
@@ -266,13 +277,17 @@ def make_plan(values: dict) -> Plan:
         arguments = tuple((name, facts[name]) for name in shape.parameters)
         planned.append(NodePlan(index, rank, node["name"], address, nic, kind, devices, shape, arguments))
 
+    gang_plan, network = gang(values, planned), network_plan(values)
     return Plan(
         values=values,
         nodes=planned,
         shapes=list(shapes.values()),
         volumes=volumes(values, mounts_driver),
         retry=retry_strategy(values),
-        gang=gang(values, planned),
+        gang=gang_plan,
+        network=network,
+        depends=node_depends(gang_plan, network),
+        master_address=job["masterAddress"],
         security=container_security(values),
         backend=backend,
         backend_reason=reason,

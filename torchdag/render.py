@@ -12,6 +12,7 @@ import jinja2
 import yaml
 
 from . import TEMPLATES_DIR
+from .catalog import catalog
 from .errors import InternalBug
 from .plan import Plan
 from .problems import Problem, ValuesError
@@ -35,25 +36,45 @@ def _environment() -> jinja2.Environment:
     return env
 
 
-# Argo keeps a Workflow in one Kubernetes object; etcd (and Argo, which offloads only the
-# status) refuses one larger than this, counted as the JSON the API server stores.
-MAX_OBJECT_BYTES = 1024 * 1024
-
-
 class TooLarge(ValuesError):
-    """The values are valid, but the Workflow they make is larger than Argo can store."""
+    """The values are valid, but the Workflow they make is larger than Argo can keep."""
 
 
 def render(plan: Plan, source: str = "values") -> str:
     text = _environment().get_template("workflow.yaml.j2").render(plan=plan, summary=summary_comment(plan))
     for document in check_documents(text):
-        size = json_size(document)
-        if size > MAX_OBJECT_BYTES:
-            message = (f"{len(plan.nodes)} nodes make a {_kind(document)} of {size} bytes as the API server stores it "
-                       f"(JSON), over the {MAX_OBJECT_BYTES}-byte limit of one Kubernetes object: split the job, "
-                       "or shorten args, env and names")
-            raise TooLarge(source, [Problem(("nodes",), message)])
+        problem = size_problem(plan, _kind(document), json_size(document))
+        if problem:
+            raise TooLarge(source, [problem])
     return text
+
+
+def status_budget(plan: Plan) -> tuple[int, int]:
+    """Rule workflow-size: (attempts, bytes) of the status Argo keeps beside the spec (the
+    catalogue's argoStatus); no bytes when the controller offloads node status."""
+    attempts = plan.values["failurePolicy"]["maxRestarts"] + 1
+    if plan.values["workflow"]["nodeStatusOffload"]:
+        return attempts, 0
+    facts = catalog()["argoStatus"]
+    pods = len(plan.nodes) + (2 if plan.gang and plan.gang["manifest"] else 1 if plan.gang else 0)
+    return attempts, attempts * (facts["perAttempt"] + facts["perPod"] * pods)
+
+
+def size_problem(plan: Plan, kind: str, spec_bytes: int) -> Problem | None:
+    limit = catalog()["argoStatus"]["maxBytes"]
+    attempts, status = status_budget(plan)
+    if spec_bytes + status <= limit:
+        return None
+    n = len(plan.nodes)
+    if spec_bytes > limit:
+        return Problem(("nodes",), f"{n} nodes make a {kind} of {spec_bytes} bytes as the API server stores it (JSON), "
+                                   f"over the {limit}-byte limit of one Kubernetes object: split the job, or shorten "
+                                   "args, env and names")
+    return Problem(("nodes",), f"{n} nodes make a {kind} of {spec_bytes} bytes (JSON), and Argo's status for "
+                               f"{attempts} attempt(s) adds about {status} bytes (failurePolicy.maxRestarts "
+                               f"{attempts - 1}): over the {limit} bytes Argo keeps in one object, so the Workflow "
+                               "would end in Error mid-run; lower failurePolicy.maxRestarts, split the job, or, if "
+                               "the controller offloads node status to a database, set workflow.nodeStatusOffload")
 
 
 def _kind(document: yaml.MappingNode) -> str:

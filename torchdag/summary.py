@@ -25,9 +25,10 @@ def summary_lines(plan: Plan, short: bool = False) -> list[str]:
     facts = {
         **catalog.catalog()["hcclExecTimeout"],
         "name": v["name"], "count": len(nodes), "worldSize": plan.world_size, "backend": plan.backend,
-        "reason": plan.backend_reason, "master": plan.master.name, "address": plan.master.address,
+        "reason": plan.backend_reason, "master": plan.master.name, "address": plan.master_address,
         "port": int(v["port"]),
         "gang": catalog.fill(texts["gang"]["none" if scheduling["gang"] == "none" else "some"], fields),
+        "podNetwork": plan.network is not None, "run": catalog.catalog()["network"]["run"],
         "restarts": int(v["failurePolicy"]["maxRestarts"]), "hcclExecTimeout": hccl, "pgTimeout": int(pg_timeout or 0),
         "hcclRounded": bool(pg_timeout) and hccl != int(pg_timeout)
                        and any(catalog.is_ascend(shape.accelerator) for shape in plan.shapes),

@@ -29,6 +29,11 @@ The catalogue as JSON; read it with `include "torchdag.catalog" . | fromJson`. *
       "resource": "nvidia.com/gpu"
     }
   },
+  "argoStatus": {
+    "maxBytes": 1048576,
+    "perAttempt": 1024,
+    "perPod": 96
+  },
   "ascendMounts": [
     {
       "hostPath": "{driver}/lib64",
@@ -211,6 +216,18 @@ The catalogue as JSON; read it with `include "torchdag.catalog" . | fromJson`. *
         ]
       }
     ],
+    "fieldEnv": [
+      {
+        "if": [
+          "podNetwork",
+          "ifIpDevice"
+        ],
+        "value": [
+          "HCCL_IF_IP",
+          "status.podIP"
+        ]
+      }
+    ],
     "launcherArgs": [
       "--nnodes={nnodes}",
       "--node_rank={input:node-rank}",
@@ -280,7 +297,24 @@ The catalogue as JSON; read it with `include "torchdag.catalog" . | fromJson`. *
         "value": "--nic=auto"
       },
       "--device={device}",
-      "--timeout={preflightTimeout}",
+      {
+        "unless": [
+          "podNetwork"
+        ],
+        "value": "--timeout={preflightTimeout}"
+      },
+      {
+        "if": [
+          "podNetwork"
+        ],
+        "value": "--timeout={rendezvousWait}"
+      },
+      {
+        "if": [
+          "podNetwork"
+        ],
+        "value": "--wait-for-name"
+      },
       "--exec"
     ],
     "shapeName": "{accelerator}-x{devices}",
@@ -507,6 +541,34 @@ The catalogue as JSON; read it with `include "torchdag.catalog" . | fromJson`. *
     "volume-on-driver": "{shown} is where torchdag mounts the Ascend driver ({mount}); set ascend.mountDriver: false to mount the driver yourself",
     "volume-on-shm": "{shown} is /dev/shm, which torchdag mounts (shmSize); set shmSize: \"\" to mount your own"
   },
+  "network": {
+    "masterAddress": "node-0.{run}.{{ "{{" }}workflow.namespace}}.svc.{clusterDomain}",
+    "podSpecPatch": [
+      "hostname: \"node-{{ "{{" }}inputs.parameters.node-rank}}\"",
+      "subdomain: \"{run}\""
+    ],
+    "rendezvousDefault": 900,
+    "run": "{{ "{{" }}workflow.name}}",
+    "runLabel": "torchdag.io/run",
+    "service": [
+      "apiVersion: \"v1\"",
+      "kind: \"Service\"",
+      "metadata:",
+      "  name: \"{run}\"",
+      "  labels:",
+      "    \"torchdag.io/job\": {job}",
+      "spec:",
+      "  clusterIP: \"None\"",
+      "  publishNotReadyAddresses: true",
+      "  selector:",
+      "    \"{runLabel}\": \"{run}\"",
+      "  ports:",
+      "  - name: \"rendezvous\"",
+      "    port: {port}",
+      "    protocol: \"TCP\""
+    ],
+    "task": "service"
+  },
   "nullMessage": "is null, which would delete {default}; remove the line to keep the default, or give a value",
   "plannedLauncherFlags": [
     "rdzv_backend",
@@ -559,6 +621,12 @@ The catalogue as JSON; read it with `include "torchdag.catalog" . | fromJson`. *
     "lines": [
       "torchdag job {name}: {count} node(s), world size {worldSize}, backend {backend} ({reason})",
       "master: {master} (rank 0) at {address}:{port}",
+      {
+        "if": [
+          "podNetwork"
+        ],
+        "value": "network: pod (headless Service {run}; rank R answers as node-R.{run}); no host network, no host ports"
+      },
       "gang scheduling: {gang}; whole-job restarts: {restarts}",
       {
         "if": [

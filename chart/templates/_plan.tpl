@@ -16,6 +16,8 @@ names. Usage: include "torchdag.plan" (dict "root" $ "plan" $plan)
 {{- $masterIndex := 0 -}}
 {{- range $index, $node := $nodes }}{{ if $node.master }}{{ $masterIndex = $index }}{{ break }}{{ end }}{{ end -}}
 {{- $master := index $nodes $masterIndex -}}
+{{- /* network.is_pod: network.mode, else the older hostNetwork */ -}}
+{{- $pod := or (eq $v.network.mode "pod") (and (not $v.network.mode) (not $v.hostNetwork)) -}}
 
 {{- /* plan.resolve_backend (rule backend-auto) */ -}}
 {{- $backend := $v.backend -}}
@@ -31,7 +33,7 @@ names. Usage: include "torchdag.plan" (dict "root" $ "plan" $plan)
 {{- /* plan.job_facts: what every shape shares */ -}}
 {{- $timeouts := $v.timeouts -}}
 {{- $pg := $timeouts.processGroup -}}
-{{- $job := dict "backend" $backend "nnodes" (toString (len $nodes)) "masterAddress" ($master.address | default $master.name) "port" (printf "%d" (int64 $v.port)) "python" $v.launcher.python -}}
+{{- $job := dict "backend" $backend "nnodes" (toString (len $nodes)) "masterAddress" (ternary (include "torchdag.fill" (dict "text" $cat.network.masterAddress "fields" (dict "run" $cat.network.run "clusterDomain" $v.network.clusterDomain))) ($master.address | default $master.name) $pod) "port" (printf "%d" (int64 $v.port)) "python" $v.launcher.python -}}
 {{- $_ := set $job "preflightTimeout" (printf "%d" (int64 $v.preflight.timeout)) -}}
 {{- $_ := set $job "launcherMaxRestarts" (ternary "" (printf "%d" (int64 $v.launcher.maxRestarts)) (kindIs "invalid" $v.launcher.maxRestarts)) -}}
 {{- range $fact, $seconds := dict "rendezvous" $timeouts.rendezvous "pgTimeout" $pg "hcclConnect" $timeouts.hcclConnect -}}
@@ -40,6 +42,7 @@ names. Usage: include "torchdag.plan" (dict "root" $ "plan" $plan)
 {{- $_ := set $job "hcclExecTimeout" (ternary "" (include "torchdag.hcclExecTimeout" (dict "catalog" $cat "seconds" $pg)) (empty $pg)) -}}
 {{- $_ := set $job "restarts" (gt $restarts 0) -}}
 {{- $_ := set $job "whitelistDisable" $v.ascend.whitelistDisable -}}
+{{- $_ := merge $job (dict "podNetwork" $pod "rendezvousWait" (printf "%d" (int64 ($timeouts.rendezvous | default $cat.network.rendezvousDefault)))) -}}
 {{- range list "host" "node-rank" "nic" "if-ip" "restart" }}{{ $_ := set $job (printf "input:%s" .) (printf "{{inputs.parameters.%s}}" .) }}{{ end -}}
 
 {{- /* the job-wide parts of every container */ -}}
@@ -70,10 +73,10 @@ names. Usage: include "torchdag.plan" (dict "root" $ "plan" $plan)
 {{- $kind := $node.accelerator | default "cpu" -}}
 {{- $entry := index $cat.kinds $kind -}}
 {{- $devices := int64 ($node.devices | default 1) -}}
-{{- $address := $node.address | default $node.name -}}
-{{- $nic := $node.nic | default "" -}}
+{{- $address := ternary (printf "node-%d" $rank) ($node.address | default $node.name) $pod -}}
+{{- $nic := $node.nic | default (ternary $v.network.nic "" $pod) -}}
 {{- $nicMode := ternary "none" (ternary "auto" "named" (eq $nic "auto")) (eq $nic "") -}}
-{{- $hasIfIp := and $entry.ifIp (regexMatch $cat.ipv4 $address) -}}
+{{- $hasIfIp := and $entry.ifIp (not $pod) (regexMatch $cat.ipv4 $address) -}}
 {{- $resourcesKey := printf "%s|%d|%s" $kind $devices (ternary (toJson $node.resources) "-" (hasKey $node "resources")) -}}
 {{- if not (hasKey $resourcesByKey $resourcesKey) }}{{ $_ := set $resourcesByKey $resourcesKey (include "torchdag.resources" (dict "node" $node "values" $v "entry" $entry "kind" $kind "devices" $devices) | fromJson) }}{{ end -}}
 {{- $resources := index $resourcesByKey $resourcesKey -}}
@@ -81,7 +84,7 @@ names. Usage: include "torchdag.plan" (dict "root" $ "plan" $plan)
 {{- if not (hasKey $shapeByKey $key) -}}
 
 {{- /* plan.shape_facts, then plan._shape: the shape's lists from the catalogue */ -}}
-{{- $facts := dict "accelerator" $kind "device" $entry.device "devices" (toString $devices) "ascend" $entry.ascend "hasIfIp" $hasIfIp "ownResources" (hasKey $node "resources") -}}
+{{- $facts := dict "accelerator" $kind "device" $entry.device "devices" (toString $devices) "ascend" $entry.ascend "hasIfIp" $hasIfIp "ifIpDevice" $entry.ifIp "ownResources" (hasKey $node "resources") -}}
 {{- range $fact, $value := $job }}{{ $_ := set $facts $fact $value }}{{ end -}}
 {{- range $mode := list "named" "auto" "none" }}{{ $_ := set $facts (printf "nic%s" (title $mode)) (eq $mode $nicMode) }}{{ end -}}
 {{- range $device, $info := $cat.devices }}{{ $_ := set $facts $device (eq $device $entry.device) }}{{ end -}}
@@ -89,7 +92,7 @@ names. Usage: include "torchdag.plan" (dict "root" $ "plan" $plan)
 {{- $command := list -}}
 {{- if $setEnv }}{{ $command = list "/bin/bash" "-c" $cat.setEnvWrapper "torchdag-set-env" (replace "$" "$$" $setEnv) }}{{ end -}}
 {{- $words := list -}}
-{{- if or $v.preflight.enabled (eq $nicMode "auto") }}{{ $words = concat $v.preflight.command (include "torchdag.items" (dict "items" $container.preflightArgs "facts" $facts) | fromJsonArray) }}{{ end -}}
+{{- if or $v.preflight.enabled (eq $nicMode "auto") $pod }}{{ $words = concat $v.preflight.command (include "torchdag.items" (dict "items" $container.preflightArgs "facts" $facts) | fromJsonArray) }}{{ end -}}
 {{- $words = concat $words (include "torchdag.items" (dict "items" (index $container.launchers $v.launcher.type) "facts" $facts) | fromJsonArray) -}}
 {{- $command = concat $command (replace "$" "$$" (toJson $words) | fromJsonArray) -}}
 {{- $args := concat (include "torchdag.items" (dict "items" $container.launcherArgs "facts" $facts) | fromJsonArray) ($v.launcher.extraArgs | default list) $scriptArgs -}}
@@ -99,7 +102,7 @@ names. Usage: include "torchdag.plan" (dict "root" $ "plan" $plan)
 {{- $shape := dict "base" $base "suffixes" (include "torchdag.items" (dict "items" $container.shapeSuffixes "facts" $facts) | fromJsonArray) -}}
 {{- $_ := set $shape "parameters" (include "torchdag.items" (dict "items" $container.parameters "facts" $facts) | fromJsonArray) -}}
 {{- $_ := set $shape "mounts" (concat $shmMounts (ternary $driverMounts list (and $entry.ascend $mountsDriver)) $userMounts) -}}
-{{- range $field, $value := dict "accelerator" $kind "device" $entry.device "devices" $devices "command" $command "args" (replace "$" "$$" (toJson $args) | fromJsonArray) "env" $env "resources" $resources "setEnv" $setEnv }}{{ $_ := set $shape $field $value }}{{ end -}}
+{{- range $field, $value := dict "accelerator" $kind "device" $entry.device "devices" $devices "command" $command "args" (replace "$" "$$" (toJson $args) | fromJsonArray) "env" $env "fieldEnv" (include "torchdag.items" (dict "items" $container.fieldEnv "facts" $facts) | fromJsonArray) "resources" $resources "setEnv" $setEnv }}{{ $_ := set $shape $field $value }}{{ end -}}
 {{- $_ := set $shapeByKey $key $shape -}}
 {{- $shapes = append $shapes $shape -}}
 {{- end -}}
@@ -142,6 +145,12 @@ names. Usage: include "torchdag.plan" (dict "root" $ "plan" $plan)
 {{- if $restarts }}{{ $_ := set $plan "retry" (dict "limit" (toString $restarts) "retryPolicy" "Always" "backoff" (dict "duration" (printf "%ds" (int64 $v.failurePolicy.backoffSeconds)) "factor" "2")) }}{{ end -}}
 {{- include "torchdag.gang" (dict "plan" $plan "values" $v "catalog" $cat "nodes" $planned) -}}
 
+{{- /* network.network_plan and node_depends: the run's Service, what each node pod adds, what node tasks wait for */ -}}
+{{- $net := $cat.network -}}
+{{- $facts := dict "run" $net.run "runLabel" $net.runLabel "port" (printf "%d" (int64 $v.port)) "job" (toJson $v.name) -}}
+{{- if $pod }}{{ $_ := set $plan "network" (dict "run" $net.run "label" (list $net.runLabel $net.run) "patch" (include "torchdag.items" (dict "items" $net.podSpecPatch "facts" $facts) | fromJsonArray) "manifest" (include "torchdag.items" (dict "items" $net.service "facts" $facts) | fromJsonArray)) }}{{ end -}}
+{{- $_ := set $plan "depends" (join " && " (compact (list (ternary "gang" "" (and $plan.gang $plan.gang.manifest | not | not)) (ternary $net.task "" $pod)))) -}}
+
 {{- /* jobparts.container_security */ -}}
 {{- $wanted := $v.containerSecurity -}}
 {{- $security := dict "allowPrivilegeEscalation" (eq (toString $wanted.allowPrivilegeEscalation) "true") -}}
@@ -154,7 +163,7 @@ names. Usage: include "torchdag.plan" (dict "root" $ "plan" $plan)
 {{- $labels := dict "torchdag.io/job" $v.name -}}
 {{- range $key, $value := $v.labels }}{{ $_ := set $labels $key $value }}{{ end -}}
 {{- range $field, $value := dict "security" $security "nodes" $planned "shapes" $shapes "volumes" $volumes "labels" $labels
-      "worldSize" $worldSize "master" (index $planned (printf "%08d" 0)) "backend" $backend "backendReason" $reason "catalog" $cat -}}
+      "worldSize" $worldSize "master" (index $planned (printf "%08d" 0)) "masterAddress" $job.masterAddress "backend" $backend "backendReason" $reason "catalog" $cat -}}
 {{- $_ := set $plan $field $value -}}
 {{- end -}}
 {{- end -}}
@@ -176,6 +185,7 @@ names. Usage: include "torchdag.plan" (dict "root" $ "plan" $plan)
 {{- $_ := set $gang $field $pairs -}}
 {{- end -}}
 {{- with $entry.podGroup -}}
+{{- $_ := set $gang "watch" (append $gang.watch (printf "--podgroup=%s/%s/%s" .apiVersion .resource $group)) -}}
 {{- $facts := dict "count" (toString $count) "timeout" (printf "%d" (int64 $scheduling.timeout)) "queue" (ternary (toJson $scheduling.queue) "" (not (empty $scheduling.queue))) -}}
 {{- $_ := set $facts "priorityClassName" (ternary (toJson $v.workflow.priorityClassName) "" (not (empty $v.workflow.priorityClassName))) -}}
 {{- $manifest := list (printf "apiVersion: %s" (toJson .apiVersion)) "kind: \"PodGroup\"" "metadata:" (printf "  name: %s" (toJson $group)) "spec:" -}}

@@ -54,22 +54,24 @@ spec:
   executor:
     serviceAccountName: {{ toJson . }}
   {{- end }}
-  {{- if $v.hostNetwork }}
+  {{- if not $plan.network }}
   hostNetwork: true
   dnsPolicy: "ClusterFirstWithHostNet"
   {{- end }}
   {{- with $workflow.priorityClassName }}
   podPriorityClassName: {{ toJson . }}
   {{- end }}
-  {{- with $v.securityContext }}
+  {{- $restricted := eq $v.podSecurity "restricted" }}
+  {{- if or $v.securityContext $restricted }}
+  {{- range $context := list ($v.securityContext | default dict) }}
   securityContext:
     {{- range $key := list "runAsUser" "runAsGroup" "fsGroup" }}
-    {{- if hasKey $v.securityContext $key }}
-    {{ $key }}: {{ int64 (index $v.securityContext $key) }}
+    {{- if hasKey $context $key }}
+    {{ $key }}: {{ int64 (index $context $key) }}
     {{- end }}
     {{- end }}
-    {{- if hasKey . "runAsNonRoot" }}
-    runAsNonRoot: {{ toJson .runAsNonRoot }}
+    {{- if or (hasKey . "runAsNonRoot") $restricted }}
+    runAsNonRoot: {{ ternary .runAsNonRoot true (hasKey . "runAsNonRoot") | toJson }}
     {{- end }}
     {{- if hasKey . "supplementalGroups" }}
     {{- $groups := list }}
@@ -78,6 +80,12 @@ spec:
     {{- end }}
     supplementalGroups: [{{ join ", " $groups }}]
     {{- end }}
+    {{- if $restricted }}
+    # Pod Security restricted: for Argo's own containers too (init, wait).
+    seccompProfile:
+      type: "RuntimeDefault"
+    {{- end }}
+  {{- end }}
   {{- end }}
   {{- with $v.imagePullSecrets }}
   imagePullSecrets:
@@ -153,11 +161,15 @@ spec:
       - name: "gang-watch"
         template: "gang-watch"
       {{- end }}
+      {{- if $plan.network }}
+      - name: "service"
+        template: "service"
+      {{- end }}
       {{- range $plan.nodes }}
       - name: {{ toJson .task }}
         template: {{ toJson .shape.name }}
-        {{- if $podGroup }}
-        depends: "gang"
+        {{- with $plan.depends }}
+        depends: {{ toJson . }}
         {{- end }}
         arguments:
           parameters:
@@ -199,6 +211,17 @@ spec:
           "memory": "64Mi"
       {{- include "torchdag.containerSecurity" $plan.security }}
   {{- end }}
+  {{- with $plan.network }}
+  # The run's headless Service: a DNS name per node pod (node-<rank>.<run>), deleted with the Workflow.
+  - name: "service"
+    resource:
+      action: "apply"
+      setOwnerReference: true
+      manifest: |
+        {{- range .manifest }}
+        {{ . }}
+        {{- end }}
+  {{- end }}
   {{- range $shape := $plan.shapes }}
   - name: {{ toJson $shape.name }}
     {{- with $plan.gang }}
@@ -225,6 +248,13 @@ spec:
         {{- end }}
         {{- end }}
         "torchdag.io/node-rank": "{{`{{inputs.parameters.node-rank}}`}}"
+        {{- with $plan.network }}
+        {{ index .label 0 | toJson }}: {{ index .label 1 | toJson }}
+    podSpecPatch: |
+      {{- range .patch }}
+      {{ . }}
+      {{- end }}
+        {{- end }}
     affinity:
       nodeAffinity:
         requiredDuringSchedulingIgnoredDuringExecution:
@@ -253,6 +283,12 @@ spec:
       {{- end }}
       {{- include "torchdag.containerSecurity" $plan.security }}
       env:
+      {{- range $shape.fieldEnv }}
+      - name: {{ index . 0 | toJson }}
+        valueFrom:
+          fieldRef:
+            fieldPath: {{ index . 1 | toJson }}
+      {{- end }}
       {{- range $shape.env }}
       - name: {{ index . 0 | toJson }}
         value: {{ index . 1 | toJson }}

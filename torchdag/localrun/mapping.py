@@ -179,3 +179,34 @@ def missing_scripts(tasks) -> list[str]:
                 missing.setdefault(path, []).append(task.name)
     return [f"{', '.join(names)}: {path} does not exist here; map the image path into this machine with --map SRC=DST"
             for path, names in missing.items()]
+
+
+def localize(command: list[str], args: list[str], env_list: list[tuple[str, str]], working_dir: str | None,
+             container: dict, options, notes: list[str]) -> tuple[list[str], list[tuple[str, str]], str, str]:
+    """One container's command, args and env, already through Kubernetes' `$(VAR)`
+    expansion, made to run on this machine: `--cpu`'s stand-ins, addresses, NICs and port
+    (onto_this_host), image paths and the working directory. Shared by `make smoke` and the
+    process kubelet, so both start the same processes. `options` carries maps, address,
+    nic, port and cpu (localrun's Options). Returns (argv, env, cwd, device); notes grow."""
+    env_map = dict(env_list)
+    device = device_of(env_map, container)
+    if device != "cpu" and options.cpu:
+        command = onto_cpu(list(command), env_map, device, notes)
+        device = "cpu"
+    launcher = list(command) + list(args)
+    onto_this_host(launcher, env_map, notes, address=options.address, nic=options.nic, port=options.port)
+    maps = list(options.maps) + DEFAULT_MAPS
+    mapped = [map_word(word, maps) for word in launcher]
+    for old, new in zip(launcher, mapped):
+        if old != new:
+            notes.append(f"path {old} -> {new}")
+    cwd = os.getcwd()
+    if working_dir:
+        local_dir = map_path(working_dir, maps)
+        if os.path.isdir(local_dir):
+            cwd = local_dir
+        else:
+            notes.append(f"workingDir {working_dir} does not exist here: runs in {cwd}")
+    names = dict(env_list)
+    env_out = [(k, env_map[k]) for k in names] + [(k, v) for k, v in env_map.items() if k not in names]
+    return mapped, env_out, cwd, device

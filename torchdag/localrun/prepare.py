@@ -18,16 +18,7 @@ from typing import Callable
 
 from .errors import EXIT_INVALID, LocalRunError
 from .expand import UnresolvedTag, argo_substitute, kube_command, kube_container_env
-from .mapping import (
-    DEFAULT_MAPS,
-    device_of,
-    device_problems,
-    map_path,
-    map_word,
-    missing_scripts,
-    onto_cpu,
-    onto_this_host,
-)
+from .mapping import device_problems, localize, missing_scripts
 from .retry import RetryPolicy, retry_policy
 
 # What a pod would not inherit from this shell: a stray GLOO_SOCKET_IFNAME or RANK here
@@ -63,11 +54,16 @@ class LocalTask:
     prefix: list[str] = field(default_factory=list)
 
     def process_env(self, base: dict[str, str], bin_dir: str) -> dict[str, str]:
-        env = {k: v for k, v in base.items() if not _NOT_INHERITED.match(k)}
-        env["PATH"] = os.pathsep.join([bin_dir] + [p for p in base.get("PATH",
-                                                                       "").split(os.pathsep) if p and p != bin_dir])
-        env.update(self.env)
-        return env
+        return process_env(base, bin_dir, self.env)
+
+
+def process_env(base: dict[str, str], bin_dir: str, env: list[tuple[str, str]]) -> dict[str, str]:
+    """A container's process environment here: this shell's, less what a pod would not
+    inherit, bin_dir (the venv: torchrun, python) first on PATH, then the container's env."""
+    out = {k: v for k, v in base.items() if not _NOT_INHERITED.match(k)}
+    out["PATH"] = os.pathsep.join([bin_dir] + [p for p in base.get("PATH", "").split(os.pathsep) if p and p != bin_dir])
+    out.update(env)
+    return out
 
 
 @dataclass
@@ -125,8 +121,16 @@ def _prepare_task(task: dict, template: dict, dag_scope: dict[str, str], options
         raise LocalRunError(f"{name}: template {template['name']!r} has no container; "
                             "localrun runs container templates only")
     container = template["container"]
+    notes: list[str] = []
+    env_entries = []
     for entry in container.get("env") or []:
-        if "value" not in entry:
+        field = ((entry.get("valueFrom") or {}).get("fieldRef") or {}).get("fieldPath")
+        if "value" in entry:
+            env_entries.append(entry)
+        elif field == "status.podIP":  # the pod network's HCCL_IF_IP: this machine stands in for the pod
+            notes.append(f"env {entry['name']}: the pod's IP (status.podIP) -> 127.0.0.1")
+            env_entries.append({"name": entry["name"], "value": "127.0.0.1"})
+        else:
             raise LocalRunError(f"{name}: env {entry.get('name')}: valueFrom cannot be resolved outside Kubernetes")
 
     # Argo: task arguments are resolved in the DAG's scope, then fill the inputs;
@@ -140,42 +144,18 @@ def _prepare_task(task: dict, template: dict, dag_scope: dict[str, str], options
         scope.update({f"inputs.parameters.{k}": v for k, v in params.items()})
         command = [argo_substitute(str(w), scope) for w in container.get("command") or []]
         args = [argo_substitute(str(w), scope) for w in container.get("args") or []]
-        raw_env = [(e["name"], argo_substitute(str(e["value"]), scope)) for e in container.get("env") or []]
+        raw_env = [(e["name"], argo_substitute(str(e["value"]), scope)) for e in env_entries]
         working_dir = argo_substitute(str(container["workingDir"]), scope) if container.get("workingDir") else None
     except UnresolvedTag as err:
         raise LocalRunError(f"{name}: {err} (Argo would fail this workflow)", EXIT_INVALID) from None
 
     # Kubernetes: env values see earlier entries; command and args see the whole env.
     env_list = kube_container_env(raw_env)
-    env_map = dict(env_list)
-    command, args = kube_command(command, env_map), kube_command(args, env_map)
+    command, args = kube_command(command, dict(env_list)), kube_command(args, dict(env_list))
 
-    notes: list[str] = []
     if params.get("host"):
         notes.append(f"node affinity kubernetes.io/hostname={params['host']} ignored: runs on this machine")
-    device = device_of(env_map, container)
-    if device != "cpu" and options.cpu:
-        command = onto_cpu(command, env_map, device, notes)
-        device = "cpu"
-
-    launcher = command + args
-    onto_this_host(launcher, env_map, notes, address=options.address, nic=options.nic, port=options.port)
-    maps = list(options.maps) + DEFAULT_MAPS
-    mapped = [map_word(word, maps) for word in launcher]
-    for old, new in zip(launcher, mapped):
-        if old != new:
-            notes.append(f"path {old} -> {new}")
-
-    cwd = os.getcwd()
-    if working_dir:
-        local_dir = map_path(working_dir, maps)
-        if os.path.isdir(local_dir):
-            cwd = local_dir
-        else:
-            notes.append(f"workingDir {working_dir} does not exist here: runs in {cwd}")
-
-    env_out = [(k, env_map[k]) for k in dict(env_list)] + [(k, v) for k,
-                                                           v in env_map.items() if k not in dict(env_list)]
+    mapped, env_out, cwd, device = localize(command, args, env_list, working_dir, container, options, notes)
     local = LocalTask(name, template["name"], params, mapped, env_out, cwd, device, notes)
     if options.exec_prefix is not None:
         local.prefix = list(options.exec_prefix(local))
@@ -197,7 +177,7 @@ def _prepare_tasks(doc: dict, options: Options, scope: dict[str, str], restart: 
     for task in tasks:
         if task["name"] in skipped:
             continue
-        depends = set(task.get("dependencies") or []) | ({task["depends"]} if task.get("depends") else set())
+        depends = set(task.get("dependencies") or []) | set((task.get("depends") or "").split(" && ")) - {""}
         if depends - skipped:
             raise LocalRunError(f"{task['name']}: has dependencies; localrun starts every task at once, "
                                 "as torchdag renders them")
@@ -210,6 +190,10 @@ def _prepare_tasks(doc: dict, options: Options, scope: dict[str, str], restart: 
     return out
 
 
+# The pod network's headless Service (network.mode: pod), skipped like the gang's tasks.
+SERVICE_TASK = "creates the run's headless Service"
+
+
 def gang_task(task: dict, templates: dict[str, dict]) -> str | None:
     """What a DAG task of gang scheduling does on a cluster (scheduling.gang), or None for a
     training task: the resource template that creates the PodGroup, or the gang watch."""
@@ -217,6 +201,8 @@ def gang_task(task: dict, templates: dict[str, dict]) -> str | None:
     manifest = (template.get("resource") or {}).get("manifest") or ""
     if "\nkind: \"PodGroup\"\n" in "\n" + manifest:
         return "creates the gang's PodGroup"
+    if "\nkind: \"Service\"\n" in "\n" + manifest:
+        return SERVICE_TASK
     if ((template.get("metadata") or {}).get("labels") or {}).get("torchdag.io/role") == "gang-watch":
         return "watches that the gang is placed in time"
     return None
@@ -225,8 +211,10 @@ def gang_task(task: dict, templates: dict[str, dict]) -> str | None:
 def _gang_notes(doc: dict) -> list[str]:
     """What gang scheduling would do on a cluster, and that this runner does not."""
     _, dag, templates = _dag(doc)
-    notes = [f"ignored: task {t['name']} ({gang_task(t, templates)}: gang scheduling is not simulated; "
-             "every node starts here at once)" for t in dag.get("tasks") or [] if gang_task(t, templates)]
+    notes = [f"ignored: task {t['name']} ({gang_task(t, templates)}: " + (
+             "every pod name is 127.0.0.1 here)" if gang_task(t, templates) == SERVICE_TASK else
+             "gang scheduling is not simulated; every node starts here at once)")
+             for t in dag.get("tasks") or [] if gang_task(t, templates)]
     for template in templates.values():
         metadata = template.get("metadata") or {}
         marks = {**(metadata.get("labels") or {}), **(metadata.get("annotations") or {})}

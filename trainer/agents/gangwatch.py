@@ -27,95 +27,15 @@ import urllib.parse
 if __package__ in (None, ""):  # run by path: import the package from above trainer/, as train.py does
     sys.path[0] = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from trainer.agents.kubeapi import PREFIX, Api, ApiError, Exit, default_api_server, one_line, say, write_termination_log
+from trainer.agents.gangpods import RANK_LABEL, WORKFLOW_LABEL, Observation, ranges
+from trainer.agents.kubeapi import PREFIX, Api, ApiError, Exit, default_api_server, say, write_termination_log
 
 SA_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
-WORKFLOW_LABEL = "workflows.argoproj.io/workflow"
-RANK_LABEL = "torchdag.io/node-rank"
-NODE_NAME_ANNOTATION = "workflows.argoproj.io/node-name"
 WORKFLOW_API = "/apis/argoproj.io/v1alpha1"
 FINISHED = ("Succeeded", "Failed", "Error")
 RBAC = "get/list on pods and get/patch on workflows.argoproj.io"
 WORKFLOW_CHECK_EVERY = 30.0  # seconds between looks at the Workflow itself (it can be large)
 GRACE_POLLS, GRACE_MAX = 6, 30.0  # at the deadline: retries for a fresh look, or for the PATCH
-
-
-# --------------------------------------------------------------- assessment
-
-def is_scheduled(pod: dict) -> bool:
-    status = pod.get("status") or {}
-    if status.get("phase") in ("Running", "Succeeded", "Failed"):
-        return True
-    if (pod.get("spec") or {}).get("nodeName"):
-        return True
-    return any(c.get("type") == "PodScheduled" and c.get("status") == "True"
-               for c in status.get("conditions") or [])
-
-
-def why_unscheduled(pod: dict) -> str:
-    """The scheduler's own words: the PodScheduled condition's reason and message."""
-    status = pod.get("status") or {}
-    for c in status.get("conditions") or []:
-        if c.get("type") == "PodScheduled" and c.get("status") != "True":
-            reason, message = one_line(c.get("reason") or ""), one_line(c.get("message") or "")
-            if reason and message:
-                return f"{reason}: {message}"
-            return reason or message or "not scheduled"
-    return f"{status.get('phase') or 'Pending'}, no scheduling decision yet"
-
-
-def ranges(ranks) -> str:
-    """[0, 1, 2, 5] -> '0-2, 5'."""
-    out, run = [], []
-    for r in sorted(ranks):
-        if run and r == run[-1] + 1:
-            run.append(r)
-            continue
-        if run:
-            out.append(str(run[0]) if len(run) == 1 else f"{run[0]}-{run[-1]}")
-        run = [r]
-    if run:
-        out.append(str(run[0]) if len(run) == 1 else f"{run[0]}-{run[-1]}")
-    return ", ".join(out)
-
-
-class Observation:
-    """Which ranks have a placed pod, at one moment."""
-
-    def __init__(self, pods: list[dict], n: int, attempt: str | None):
-        self.at = time.monotonic()
-        self.n = n
-        by_rank: dict[int, list[dict]] = {}
-        for pod in pods:
-            meta = pod.get("metadata") or {}
-            node_name = (meta.get("annotations") or {}).get(NODE_NAME_ANNOTATION)
-            if attempt and node_name and not node_name.startswith(attempt):
-                continue  # a pod of an earlier attempt of a restarted DAG
-            try:
-                rank = int((meta.get("labels") or {}).get(RANK_LABEL, ""))
-            except ValueError:
-                continue
-            if 0 <= rank < n:
-                by_rank.setdefault(rank, []).append(pod)
-        self.by_rank = by_rank
-        self.placed = {r for r, ps in by_rank.items() if any(is_scheduled(p) for p in ps)}
-        self.unplaced = [r for r in range(n) if r not in self.placed]
-
-    @property
-    def complete(self) -> bool:
-        return not self.unplaced
-
-    def reasons(self) -> list[str]:
-        items = []
-        for rank in self.unplaced:
-            pods = self.by_rank.get(rank)
-            if not pods:
-                items.append(f"node-rank {rank}: no pod yet")
-                continue
-            newest = max(pods, key=lambda p: (p.get("metadata") or {}).get("creationTimestamp") or "")
-            name = (newest.get("metadata") or {}).get("name", "?")
-            items.append(f"node-rank {rank} (pod {name}): {why_unscheduled(newest)}")
-        return items
 
 
 # ------------------------------------------------------------------- watch
@@ -127,15 +47,15 @@ class Watch:
         self.ns = args.namespace
         self.wf = args.workflow
         self.node_id = os.environ.get("ARGO_NODE_ID") or None
-        self.attempt: str | None = None  # node-name prefix of this attempt, e.g. "wf(1)."
-        self.resolved = False  # the Workflow was read once (and with it, this attempt)
         self.start = time.monotonic()
         self.last_error = None
         self.error_key = None
 
     # -- paths
     def pods_path(self) -> str:
-        selector = f"{WORKFLOW_LABEL}={self.wf},{RANK_LABEL}"
+        # Every pod of the Workflow: the training pods, the watch's own (its attempt) and
+        # the other tasks' (a failed `gang` task).
+        selector = f"{WORKFLOW_LABEL}={self.wf}"
         return (f"/api/v1/namespaces/{urllib.parse.quote(self.ns, safe='')}/pods"
                 f"?labelSelector={urllib.parse.quote(selector, safe='')}")
 
@@ -179,40 +99,12 @@ class Watch:
             raise self.fatal(exc, "get", "workflows.argoproj.io") from exc
         if wf is None:
             raise Exit(0, f"workflow {self.wf} not found in namespace {self.ns}: nothing to watch")
-        self.resolved = True
-        status = wf.get("status") or {}
-        phase = status.get("phase")
+        phase = (wf.get("status") or {}).get("phase")
         if phase in FINISHED:
             raise Exit(0, f"workflow {self.wf} already finished ({phase}): nothing to watch")
         shutdown = (wf.get("spec") or {}).get("shutdown")
         if shutdown:
             raise Exit(0, f"workflow {self.wf} is being stopped (shutdown: {shutdown}): nothing to watch")
-        nodes = status.get("nodes") or {}
-        own = nodes.get(self.node_id) if self.node_id else None
-        if self.attempt is None and own and "." in (own.get("name") or ""):
-            self.attempt = own["name"].rsplit(".", 1)[0] + "."
-        failing = self.failing_without_pods(nodes)
-        if failing:
-            raise Exit(0, f"workflow {self.wf} is failing without the gang ({failing}) and has no pod left "
-                          "to place: nothing to watch")
-
-    def failing_without_pods(self, nodes: dict) -> str | None:
-        """A task of this attempt failed (for example `gang`, the PodGroup) and no other
-        task is pending or running: the Workflow only waits for this watch, and will fail."""
-        failed, active = None, False
-        for node_id, node in nodes.items():
-            if node_id == self.node_id or node.get("type") != "Pod":
-                continue
-            name = node.get("name") or ""
-            if node.get("displayName") == "gang-watch" or (self.attempt and not name.startswith(self.attempt)):
-                continue
-            phase = node.get("phase")
-            if phase in ("Pending", "Running"):
-                active = True
-            elif phase in ("Failed", "Error") and failed is None:
-                message = one_line(node.get("message") or "")
-                failed = f"{node.get('displayName') or name}: {phase}" + (f": {message}" if message else "")
-        return None if active else failed
 
     # -- the pods
     def observe(self) -> Observation | None:
@@ -226,7 +118,11 @@ class Watch:
         if self.error_key:
             say("API reachable again")
             self.error_key = None
-        return Observation((answer or {}).get("items") or [], self.args.pods, self.attempt)
+        obs = Observation((answer or {}).get("items") or [], self.args.pods, self.node_id)
+        if obs.trusted and obs.failing:
+            raise Exit(0, f"workflow {self.wf} is failing without the gang ({obs.failing}) and has no pod left "
+                          "to place: nothing to watch")
+        return obs if obs.trusted else None
 
     def stop_workflow(self, reason: str) -> None:
         body = {"spec": {"shutdown": "Terminate"}}
@@ -246,8 +142,22 @@ class Watch:
             break
         if answer is None:
             raise Exit(0, f"workflow {self.wf} no longer exists: nothing to stop", terminate_note=False)
-        raise Exit(1, f"stopped workflow {self.wf}: gang not placed within {self.args.timeout:g} s",
-                   terminate_note=False)
+        raise Exit(1, f"stopped workflow {self.wf}: gang not placed within {self.args.timeout:g} s"
+                   + self.delete_podgroup(), terminate_note=False)
+
+    def delete_podgroup(self) -> str:
+        """The PodGroup lives as long as the Workflow (ttlStrategy, days) and would keep
+        holding its queue's capacity: delete it once the job is stopped. Best effort."""
+        if not self.args.podgroup:
+            return ""
+        group_version, resource, name = self.args.podgroup.rsplit("/", 2)
+        path = (f"/apis/{group_version}/namespaces/{urllib.parse.quote(self.ns, safe='')}/{resource}/"
+                f"{urllib.parse.quote(name, safe='')}")
+        try:
+            gone = self.api.call("DELETE", path) is None
+        except ApiError as exc:
+            return f"; could not delete {resource} {name} ({exc}): delete it by hand to free its queue"
+        return f"; {resource} {name} " + ("was already gone" if gone else "deleted")
 
     def run(self) -> None:
         args = self.args
@@ -259,9 +169,9 @@ class Watch:
         latest: Observation | None = None
         shown = -1
         while True:
-            # Under Argo, wait for the first look at the Workflow before trusting any pod:
-            # it tells which pods belong to this attempt of a restarted DAG.
-            obs = self.observe() if self.resolved or not self.node_id else None
+            # Under Argo a look counts once it lists the watch's own pod: that tells which
+            # pods belong to this attempt of a restarted DAG.
+            obs = self.observe()
             if obs is not None:
                 latest = obs
                 if obs.complete:
@@ -273,7 +183,7 @@ class Watch:
             now = time.monotonic()
             if now >= deadline:
                 break
-            if now - last_check >= WORKFLOW_CHECK_EVERY or not self.resolved:
+            if now - last_check >= WORKFLOW_CHECK_EVERY:
                 self.check_workflow()
                 last_check = time.monotonic()
             time.sleep(max(0.0, min(args.poll, deadline - time.monotonic())))
@@ -313,6 +223,13 @@ def positive(kind):
     return parse
 
 
+def podgroup_path(text: str) -> str:
+    parts = text.split("/")
+    if len(parts) != 4 or not all(parts):
+        raise argparse.ArgumentTypeError(f"{text!r} is not GROUP/VERSION/RESOURCE/NAME")
+    return text
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="trainer/agents/gangwatch.py", allow_abbrev=False,
@@ -349,6 +266,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="number of training pods, one per node rank 0..PODS-1")
     p.add_argument("--timeout", type=positive(float), required=True,
                    help="seconds the gang may take to be placed, counted from this watch's start")
+    p.add_argument("--podgroup", default=None, type=podgroup_path,
+                   help="GROUP/VERSION/RESOURCE/NAME of the gang's PodGroup, deleted when the watch stops the "
+                        "Workflow (needs delete on that resource)")
     p.add_argument("--poll", type=positive(float), default=5.0, help="seconds between looks at the pods (default 5)")
     p.add_argument("--api-server", default=None,
                    help="API server URL (default: https:// from KUBERNETES_SERVICE_HOST and "
@@ -363,7 +283,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    if "{{" in args.workflow or "{{" in args.namespace:
+    if "{{" in args.workflow or "{{" in args.namespace or "{{" in (args.podgroup or ""):
         print(f"{PREFIX} error: --workflow/--namespace hold an unsubstituted Argo variable "
               f"({args.workflow!r}, {args.namespace!r}); run it as an Argo task or pass the names",
               file=sys.stderr, flush=True)

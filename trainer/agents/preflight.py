@@ -3,7 +3,7 @@
 
     python3 trainer/agents/preflight.py --master-addr ADDR --master-port PORT --node-rank R \
         --nproc-per-node N [--nnodes M] [--nic NAME|auto] [--device npu|cuda|cpu] \
-        [--timeout SECONDS] [--exec CMD [ARG...]]
+        [--timeout SECONDS] [--wait-for-name] [--exec CMD [ARG...]]
 
 Prints one line per finding (``preflight: ok|warning|error: ...``) and exits
 1 if any finding is an error.  With ``--exec`` everything after it is the
@@ -191,6 +191,28 @@ def check_master_reachable(addr: str, port: int, timeout: float) -> Finding:
         time.sleep(0.5)
 
 
+def wait_for_name(addr: str, timeout: float) -> tuple[Finding, str | None]:
+    """(finding, IPv4) once `addr` resolves. On the pod network the master's name exists only
+    once its pod has an IP and the run's headless Service publishes it; a torchrun started
+    before that fails at once (pytorch#73682). Polls within timeout (a lookup that hangs in
+    DNS can overrun it by the resolver's own timeout)."""
+    start = time.monotonic()
+    last = "no attempt"
+    while True:
+        try:
+            ip = resolve_ipv4(addr)
+            waited = time.monotonic() - start
+            return Finding(OK, f"master name {addr} resolves to {ip}"
+                               + (f" (after {waited:.0f} s)" if waited >= 1 else "")), ip
+        except OSError as exc:
+            last = exc.strerror or str(exc)
+        if time.monotonic() + 0.5 > start + timeout:
+            return Finding(ERROR, f"master name {addr} did not resolve within {timeout:g} s ({last}): it is rank 0's "
+                                  "pod in this run's headless Service; check that the service task succeeded, that "
+                                  "rank 0's pod runs, and that cluster DNS answers"), None
+        time.sleep(0.5)
+
+
 def check_port_free(port: int) -> Finding:
     # SO_REUSEADDR as the rendezvous store uses it: a TIME_WAIT leftover is
     # fine, a listening process is not.
@@ -238,16 +260,26 @@ def check_devices(kind: str, nproc: int) -> Finding:
 
 def run_checks(master_addr: str, master_port: int, node_rank: int, nproc_per_node: int,
                nic: str | None = None, device: str | None = None, timeout: float = 60.0,
-               nnodes: int | None = None) -> list[Finding]:
-    """All checks for this node; a nic of 'auto' is discovered (see discover_nic)."""
+               nnodes: int | None = None, wait_name: bool = False) -> list[Finding]:
+    """All checks for this node; a nic of 'auto' is discovered (see discover_nic). With
+    wait_name every rank first waits for the master's name (the pod network), and the
+    name and the master's port share one bound, timeout."""
     findings: list[Finding] = []
     nic = nic or os.environ.get("GLOO_SOCKET_IFNAME") or None
-    try:
-        master_ip = resolve_ipv4(master_addr)
-    except OSError as exc:
-        master_ip = None
-        if node_rank == 0:
-            findings.append(Finding(WARNING, f"master address {master_addr!r} does not resolve here yet ({exc})"))
+    start = time.monotonic()
+    if wait_name:
+        found, master_ip = wait_for_name(master_addr, timeout)
+        if found.fatal:
+            return [found]  # every later check would only wait for the same name again
+        findings.append(found)
+        timeout = max(0.5, timeout - (time.monotonic() - start))
+    else:
+        try:
+            master_ip = resolve_ipv4(master_addr)
+        except OSError as exc:
+            master_ip = None
+            if node_rank == 0:
+                findings.append(Finding(WARNING, f"master address {master_addr!r} does not resolve here yet ({exc})"))
     if nic == "auto":
         try:
             name, ip = discover_nic(master_addr, master_port)
@@ -296,6 +328,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", choices=("npu", "cuda", "cpu"), default=None,
                    help="default: TORCHDAG_DEVICE, else detected from /dev")
     p.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for the master (non-master nodes)")
+    p.add_argument("--wait-for-name", action="store_true",
+                   help="the master's address is a DNS name that appears late (the pod network): every rank "
+                        "waits up to --timeout for it to resolve, then for the master's port (other ranks)")
     # main() splits argv at the first --exec before parsing (so the command's own options are
     # never read as preflight's); declared here so that --help lists it.
     p.add_argument("--exec", dest="command", nargs=argparse.REMAINDER, metavar="CMD",
@@ -319,7 +354,8 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     device = args.device or detect_device()
     findings = run_checks(args.master_addr, args.master_port, args.node_rank, args.nproc_per_node,
-                          nic=args.nic, device=device, timeout=args.timeout, nnodes=args.nnodes)
+                          nic=args.nic, device=device, timeout=args.timeout, nnodes=args.nnodes,
+                          wait_name=args.wait_for_name)
     for f in findings:
         print(f, flush=True)
     if any(f.fatal for f in findings):

@@ -1,0 +1,100 @@
+"""The local cluster for the e2e tests (a pytest plugin: conftest.py loads it).
+
+`local_cluster` (session scope) brings one control plane with Argo's controller up for all
+the tests of a pytest process (each xdist worker has its own, in its own directory and on
+its own ports) and takes it down at the end, checking that none of its processes is left.
+It needs the binaries `make cluster-up` (or `make go-tools`) builds; without them the
+test fails and says so. Standard library and PyYAML only: every tier loads this module.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import yaml
+
+from helpers import REPO
+
+BIN = REPO / ".tools" / "bin"
+CLUSTER_BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "clustercerts",
+                    "workflow-controller", "argoexec", "kubectl")
+UP_TIMEOUT_S = 600  # a cold start on a busy two-core machine: about a minute; margin for load
+
+
+@dataclass
+class LocalCluster:
+    dir: Path
+
+    @property
+    def kubeconfig(self) -> Path:
+        return self.dir / "kubeconfig"
+
+    @property
+    def server(self) -> str:
+        """The API server's URL (https://127.0.0.1:PORT)."""
+        config = yaml.safe_load(self.kubeconfig.read_text())
+        return config["clusters"][0]["cluster"]["server"]
+
+    def command(self, *args: str, timeout: float = UP_TIMEOUT_S) -> subprocess.CompletedProcess:
+        """python -m torchdag.cluster --dir DIR ARGS... (what the Makefile's cluster-* targets run)."""
+        return subprocess.run([sys.executable, "-m", "torchdag.cluster", "--dir", str(self.dir), *args],
+                              cwd=REPO, capture_output=True, text=True, timeout=timeout)
+
+    def kubectl(self, *args: str, stdin: str | None = None, check: bool = True,
+                timeout: float = 120) -> subprocess.CompletedProcess:
+        done = subprocess.run([str(BIN / "kubectl"), f"--kubeconfig={self.kubeconfig}", *args], input=stdin,
+                              capture_output=True, text=True, timeout=timeout)
+        if check:
+            assert done.returncode == 0, f"kubectl {' '.join(args)}: {done.stderr}{done.stdout}"
+        return done
+
+    def get(self, *args: str) -> dict:
+        """kubectl get ARGS -o json, parsed."""
+        return json.loads(self.kubectl("get", *args, "-o", "json").stdout)
+
+    def pids(self) -> dict[str, int]:
+        """Each component's pid, from its pid file."""
+        return {path.stem: int(path.read_text()) for path in sorted(self.dir.glob("*.pid"))}
+
+    def wait_for(self, what: str, check, timeout: float = 120, every: float = 0.5):
+        """Poll check() until it returns something true; that value, or a failure naming `what`."""
+        deadline = time.monotonic() + timeout
+        while True:
+            value = check()
+            if value:
+                return value
+            if time.monotonic() > deadline:
+                pytest.fail(f"timed out after {timeout:.0f}s waiting for {what}")
+            time.sleep(every)
+
+
+def alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+@pytest.fixture(scope="session")
+def local_cluster(tmp_path_factory) -> LocalCluster:
+    missing = [name for name in CLUSTER_BINARIES if not (BIN / name).is_file()]
+    if missing:
+        pytest.fail(f"not built: {', '.join(missing)}: run `make cluster-up` (or `make go-tools`) first")
+    cluster = LocalCluster(tmp_path_factory.mktemp("cluster"))
+    up = cluster.command("up")
+    try:
+        assert up.returncode == 0, f"cluster up failed:\n{up.stdout}{up.stderr}"
+        yield cluster
+    finally:
+        pids = cluster.pids()
+        down = cluster.command("down", timeout=120)
+        left = [f"{name} ({pid})" for name, pid in pids.items() if alive(pid)]
+        assert down.returncode == 0 and not left, f"cluster down left {left}:\n{down.stdout}{down.stderr}"
+

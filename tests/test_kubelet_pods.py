@@ -1,0 +1,211 @@
+"""The process kubelet's pod life without a cluster: real processes, a recording stand-in
+for the API server. Statuses as kubelet reports them, termination messages, the
+ServiceAccount token at its in-cluster path, logs, stopping, deletion, --no-exec."""
+
+from __future__ import annotations
+
+import copy
+import io
+import time
+
+import pytest
+
+from torchdag.kubelet.kubelet import Kubelet
+from torchdag.kubelet.pods import PodWorker
+from torchdag.kubelet.sandbox import Sandbox, can_mount, wrap
+from torchdag.kubelet.status import ContainerState, PodState, exit_code_of, termination_message
+from torchdag.kubelet.workflows import stop_reason
+from torchdag.localrun.prepare import Options
+
+root_only = pytest.mark.skipif(not can_mount(), reason="per-pod mounts need root and unshare")
+
+
+class FakeApi:
+    api_host, api_port = "127.0.0.1", 6443
+
+    def __init__(self):
+        self.statuses: list[dict] = []
+        self.deleted: list[str] = []
+
+    def patch_pod_status(self, namespace, name, status):
+        self.statuses.append(copy.deepcopy(status))
+
+    def token_for(self, namespace, account, pod, seconds):
+        return f"token-of-{account}-for-{pod['metadata']['name']}"
+
+    def ca_bytes(self):
+        return b"CA PEM"
+
+    def config_map_data(self, namespace, name):
+        return {"k": "from-configmap"} if name == "cm" else None
+
+    def secret_data(self, namespace, name):
+        return None
+
+    def delete_pod_now(self, namespace, name, uid):
+        self.deleted.append(name)
+
+    def get_or_none(self, path):
+        return None
+
+
+def make_kubelet(tmp_path, **kw) -> tuple[Kubelet, FakeApi]:
+    api = FakeApi()
+    kubelet = Kubelet(api, ["node-a"], state_dir=tmp_path, options=Options(), out=io.StringIO(), **kw)
+    return kubelet, api
+
+
+def pod(*containers, inits=(), volumes=(), name="p1", grace=None) -> dict:
+    spec = {"nodeName": "node-a", "restartPolicy": "Never", "serviceAccountName": "trainer",
+            "containers": list(containers), "initContainers": list(inits), "volumes": list(volumes)}
+    if grace is not None:
+        spec["terminationGracePeriodSeconds"] = grace
+    return {"metadata": {"name": name, "namespace": "team", "uid": f"uid-{name}-0000"}, "spec": spec,
+            "status": {"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "True"}]}}
+
+
+def sh(name: str, script: str, **fields) -> dict:
+    return {"name": name, "image": "busybox", "command": ["/bin/sh", "-c", script], **fields}
+
+
+def run(kubelet: Kubelet, p: dict, timeout: float = 20) -> PodWorker:
+    worker = PodWorker(kubelet, p)
+    kubelet.workers[p["metadata"]["uid"]] = worker
+    worker.start()
+    assert worker.done.wait(timeout), "the pod did not finish"
+    return worker
+
+
+def test_init_then_main_statuses_and_logs(tmp_path):
+    kubelet, api = make_kubelet(tmp_path)
+    p = pod(sh("main", "echo main says $(WHO); exit 3", env=[{"name": "WHO", "value": "hi"}]),
+            inits=[sh("init", "echo init ran")])
+    run(kubelet, p)
+    phases = [s["phase"] for s in api.statuses]
+    assert phases[0] == "Pending" and "Running" in phases and phases[-1] == "Failed"
+    final = api.statuses[-1]
+    term = final["containerStatuses"][0]["state"]["terminated"]
+    assert (term["exitCode"], term["reason"]) == (3, "Error") and term["finishedAt"] and term["startedAt"]
+    assert final["initContainerStatuses"][0]["state"]["terminated"]["reason"] == "Completed"
+    assert {c["type"]: c["status"] for c in final["conditions"]} == {
+        "PodScheduled": "True", "PodReadyToStartContainers": "False", "Initialized": "True",
+        "ContainersReady": "False", "Ready": "False"}
+    assert final["hostIP"] == final["podIP"] == "127.0.0.1"
+    logs = tmp_path / "logs" / "team" / "p1"
+    assert (logs / "main.log").read_text() == "main says hi\n"
+    assert (logs / "init.log").read_text() == "init ran\n"
+
+
+def test_failed_init_stops_the_pod(tmp_path):
+    kubelet, api = make_kubelet(tmp_path)
+    run(kubelet, pod(sh("main", "echo never"), inits=[sh("init", "exit 7")]))
+    final = api.statuses[-1]
+    assert final["phase"] == "Failed"
+    assert final["containerStatuses"][0]["state"] == {"waiting": {"reason": "PodInitializing"}}
+    assert not (tmp_path / "logs" / "team" / "p1" / "main.log").exists()
+
+
+@root_only
+def test_termination_message_and_service_account_token(tmp_path):
+    kubelet, api = make_kubelet(tmp_path)
+    sa = {"name": "kube-api-access-1", "projected": {"sources": [{"serviceAccountToken": {"path": "token"}}]}}
+    mount = {"name": "kube-api-access-1", "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount"}
+    script = ("d=/var/run/secrets/kubernetes.io/serviceaccount; echo $(cat $d/token) $(cat $d/namespace) "
+              "$(cat $d/ca.crt); echo 'gang not placed: p2' > /dev/termination-log; exit 1")
+    run(kubelet, pod(sh("main", script, volumeMounts=[mount]), volumes=[sa]))
+    term = api.statuses[-1]["containerStatuses"][0]["state"]["terminated"]
+    assert term["message"] == "gang not placed: p2\n"
+    assert (tmp_path / "logs/team/p1/main.log").read_text() == "token-of-trainer-for-p1 team CA PEM\n"
+
+
+def test_fallback_to_logs_on_error(tmp_path):
+    kubelet, api = make_kubelet(tmp_path)
+    run(kubelet, pod(sh("main", "echo last words; exit 2", terminationMessagePolicy="FallbackToLogsOnError",
+                        terminationMessagePath=str(tmp_path / "nowhere-log"))))
+    assert api.statuses[-1]["containerStatuses"][0]["state"]["terminated"]["message"] == "last words"
+
+
+def test_stop_sends_sigterm_then_sigkill(tmp_path):
+    kubelet, api = make_kubelet(tmp_path)
+    p = pod(sh("main", "trap 'echo got TERM' TERM; while :; do sleep 0.1; done"), grace=1)
+    worker = PodWorker(kubelet, p)
+    worker.start()
+    deadline = time.monotonic() + 10
+    while not worker.trees and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.3)
+    begin = time.monotonic()
+    worker.stop("pod deleted", 1.0)
+    assert worker.done.wait(10)
+    assert 0.9 <= time.monotonic() - begin < 5, "the trap ignores SIGTERM: SIGKILL after the 1 s grace"
+    term = api.statuses[-1]["containerStatuses"][0]["state"]["terminated"]
+    assert (term["exitCode"], term["signal"]) == (137, 9)
+    assert "got TERM" in (tmp_path / "logs/team/p1/main.log").read_text()
+
+
+def test_deleted_pod_is_stopped_then_removed(tmp_path):
+    kubelet, api = make_kubelet(tmp_path)
+    p = pod(sh("main", "exec sleep 30"))
+    kubelet.on_pod("ADDED", p)
+    worker = kubelet.workers[p["metadata"]["uid"]]
+    deadline = time.monotonic() + 10
+    while not worker.trees and time.monotonic() < deadline:
+        time.sleep(0.05)
+    gone = dict(p, metadata=dict(p["metadata"], deletionTimestamp="2026-12-02T12:00:00Z",
+                                 deletionGracePeriodSeconds=5))
+    kubelet.on_pod("MODIFIED", gone)
+    assert worker.done.wait(10)
+    assert api.deleted == ["p1"], "deleted with grace 0 once the processes are gone"
+    term = api.statuses[-1]["containerStatuses"][0]["state"]["terminated"]
+    assert (term["exitCode"], term.get("signal")) == (143, 15)
+    kubelet.on_pod("MODIFIED", pod(sh("main", "exit 0"), name="elsewhere") | {"spec": {"nodeName": "node-z"}})
+    assert len(kubelet.workers) == 1, "pods of other Nodes are not ours"
+
+
+def test_no_exec_reports_running_then_succeeded(tmp_path):
+    kubelet, api = make_kubelet(tmp_path, no_exec=True)
+    run(kubelet, pod(sh("main", "exit 1"), inits=[sh("init", "exit 1")]))
+    assert [s["phase"] for s in api.statuses] == ["Running", "Succeeded"]
+    assert not (tmp_path / "logs").exists()
+
+
+def test_phase_rules_and_messages():
+    state = PodState("n", "1.2.3.4", "1.2.3.4", inits=[ContainerState("i", "x", init=True)],
+                     mains=[ContainerState("m", "x"), ContainerState("wait", "x", stand_in=True)])
+    assert state.phase() == "Pending"
+    state.inits[0].start(1, "n")
+    state.inits[0].finish(0)
+    state.mains[0].start(2, "n")
+    assert state.phase() == "Running"
+    state.mains[0].finish(0)
+    state.mains[1].finish(0)
+    assert state.phase() == "Succeeded"
+    assert exit_code_of(-15) == (143, 15) and exit_code_of(2) == (2, None)
+    assert termination_message("", "FallbackToLogsOnError", 0, "log") == ""
+    assert termination_message("file", "FallbackToLogsOnError", 1, "log") == "file"
+
+
+def test_sandbox_binds_and_wrap(tmp_path):
+    box = Sandbox.for_pod(tmp_path, pod(), mounts_allowed=True)
+    notes: list[str] = []
+    volumes = [{"name": "scratch", "emptyDir": {}}, {"name": "code", "hostPath": {"path": "/nonexistent-x"}}]
+    mounts = [{"name": "scratch", "mountPath": "/var/run/argo"}, {"name": "code", "mountPath": "/code"},
+              {"name": "nope", "mountPath": "/x"}]
+    binds = box.binds(volumes, mounts, None, notes)
+    assert binds == [(str(box.root / "volumes" / "scratch"), "/var/run/argo")]
+    assert any("hostPath /nonexistent-x does not exist here" in n for n in notes)
+    assert any("volumeMount nope: no such volume" in n for n in notes)
+    assert wrap(["true"], []) == ["true"]
+    assert wrap(["true"], binds)[:4] == ["unshare", "--mount", "--propagation", "private"]
+
+
+def test_workflow_stop_reasons():
+    running = {"metadata": {"labels": {}}}
+    on_exit = {"metadata": {"labels": {"workflows.argoproj.io/on-exit": "true"}}}
+    assert "Terminate" in stop_reason({"spec": {"shutdown": "Terminate"}}, on_exit, 0)
+    assert stop_reason({"spec": {"shutdown": "Stop"}}, on_exit, 0) is None
+    assert "Stop" in stop_reason({"spec": {"shutdown": "Stop"}}, running, 0)
+    late = {"spec": {"activeDeadlineSeconds": 10}, "status": {"startedAt": "2026-12-02T12:00:00Z"}}
+    start = 1_796_212_800.0  # 2026-12-02T12:00:00Z
+    assert stop_reason(late, running, start + 5) is None
+    assert "activeDeadlineSeconds" in stop_reason(late, running, start + 11)

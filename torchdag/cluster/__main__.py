@@ -1,0 +1,51 @@
+"""python -m torchdag.cluster up|down|nodes VALUES (the Makefile's cluster-* targets)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from ..errors import run_command
+from .layout import Layout
+from .nodes import DEFAULT_CAPACITY, node_objects, register
+from .up import Cluster, ClusterError
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m torchdag.cluster",
+        description="A local Kubernetes control plane with Argo's workflow-controller, as processes on 127.0.0.1.",
+        epilog="Exit status: 0 ok, 1 the cluster failed (the message names the log), 2 invalid values or usage.",
+    )
+    parser.add_argument("--dir", help="the cluster's state directory (default: $TORCHDAG_CLUSTER_DIR or .cluster)")
+    commands = parser.add_subparsers(dest="command", required=True)
+    commands.add_parser("up", help="start every component not running and wait until all are ready")
+    commands.add_parser("down", help="stop every component (SIGTERM, then SIGKILL) and remove the state directory")
+    nodes = commands.add_parser("nodes", help="register the values file's nodes as Ready Nodes")
+    nodes.add_argument("values", help="a torchdag values file, e.g. examples/local.yaml")
+    for key, value in DEFAULT_CAPACITY.items():
+        nodes.add_argument(f"--{key}", default=value, help=f"each Node's {key} (default {value})")
+    return parser
+
+
+def _body(args: argparse.Namespace) -> int:
+    cluster = Cluster(Layout.of(args.dir))
+    if args.command == "up":
+        cluster.up()
+    elif args.command == "down":
+        cluster.down()
+    else:
+        nodes = node_objects(args.values, {key: getattr(args, key) for key in DEFAULT_CAPACITY})
+        if not cluster.layout.kubeconfig.exists():
+            raise ClusterError(f"no cluster at {cluster.layout.root}: run `make cluster-up` first")
+        register(cluster, nodes)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return run_command(lambda: _body(args), "torchdag.cluster")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

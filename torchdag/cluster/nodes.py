@@ -1,0 +1,83 @@
+"""Nodes for a values file: one per node of the job, as the rendered Workflow pins it.
+
+Each Node is named by the node's `name` (the host the Workflow's node affinity asks for,
+label kubernetes.io/hostname), carries the values' `nodeSelector` labels (so the job's pods
+fit), and offers cpu, memory, pods and its accelerator's extended resource × devices under
+the name the renderer requests (the catalogue's, or the values' `resourceNames`). It is
+created Ready and untainted: a kubelet registers its node with its status the same way. No
+kubelet heartbeats here: the node lifecycle controller marks a Node Unknown (and taints it)
+about 50 s after its last heartbeat unless the process kubelet keeps it Ready.
+"""
+
+from __future__ import annotations
+
+import datetime
+import platform
+
+import yaml
+
+from ..catalog import resource_name
+from ..pipeline import valid_values
+from ..plan import make_plan
+
+# What a node offers besides its accelerators: generous, so a job's own requests fit; a
+# values file states no machine sizes (change them with --cpu/--memory/--pods).
+DEFAULT_CAPACITY = {"cpu": "64", "memory": "256Gi", "pods": "110"}
+KUBELET_VERSION = "v1.37.2"  # the control plane's release; no kubelet of it runs
+
+
+def node_objects(values_path: str, capacity: dict[str, str] | None = None) -> list[dict]:
+    """The Node objects for every node of the values file (rank order), status included."""
+    values = valid_values(values_path)
+    plan = make_plan(values)
+    now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    arch = {"x86_64": "amd64", "aarch64": "arm64"}.get(platform.machine(), platform.machine())
+    nodes = []
+    for node in plan.nodes:
+        offered = {**DEFAULT_CAPACITY, **(capacity or {})}
+        resource = resource_name(node.accelerator, values)
+        if resource:
+            offered[resource] = str(node.devices)
+        labels = {**values["nodeSelector"], "kubernetes.io/hostname": node.name, "kubernetes.io/os": "linux",
+                  "kubernetes.io/arch": arch, "torchdag.io/accelerator": node.accelerator}
+        conditions = [_condition(kind, "False", reason, now) for kind, reason in
+                      (("MemoryPressure", "KubeletHasSufficientMemory"), ("DiskPressure", "KubeletHasNoDiskPressure"),
+                       ("PIDPressure", "KubeletHasSufficientPID"))]
+        conditions.append(_condition("Ready", "True", "KubeletReady", now))
+        nodes.append({
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {"name": node.name, "labels": {key: str(value) for key, value in labels.items()}},
+            "spec": {},
+            "status": {
+                "capacity": offered,
+                "allocatable": dict(offered),
+                "conditions": conditions,
+                "addresses": [{"type": "InternalIP", "address": node.address},
+                              {"type": "Hostname", "address": node.name}],
+                "nodeInfo": {"kubeletVersion": KUBELET_VERSION, "operatingSystem": "linux", "architecture": arch,
+                             "containerRuntimeVersion": "torchdag-process://0", "kernelVersion": platform.release(),
+                             "osImage": "torchdag process kubelet", "machineID": "", "systemUUID": "",
+                             "bootID": "", "kubeProxyVersion": ""},
+            },
+        })
+    return nodes
+
+
+def _condition(kind: str, status: str, reason: str, now: str) -> dict:
+    return {"type": kind, "status": status, "reason": reason, "message": reason,
+            "lastHeartbeatTime": now, "lastTransitionTime": now}
+
+
+def register(cluster, nodes: list[dict], say=print) -> None:
+    """Create (or bring up to date) these Nodes in the running cluster."""
+    text = yaml.safe_dump_all(nodes, sort_keys=False)
+    # A Node's status is kept on create (a kubelet registers that way); an existing Node's
+    # status changes only through the status subresource.
+    cluster.kubectl("apply", "--server-side", "--force-conflicts", "--field-manager=torchdag-cluster", "-f", "-",
+                    stdin=text)
+    cluster.kubectl("apply", "--server-side", "--force-conflicts", "--field-manager=torchdag-cluster",
+                    "--subresource=status", "-f", "-", stdin=text)
+    for node in nodes:
+        offered = ", ".join(f"{key}={value}" for key, value in node["status"]["allocatable"].items())
+        say(f"node {node['metadata']['name']}: Ready, allocatable {offered}")

@@ -1,0 +1,235 @@
+"""Bring the control plane up (each component only if it is not running) and wait until it serves.
+
+Order: certificates, etcd, kube-apiserver, kube-controller-manager and kube-scheduler, then
+the namespace, configmap and CRDs Argo needs, then Argo's workflow-controller. Ready means:
+every component's health endpoint answers ok, every CRD is Established and the service-account
+controller has made the `default` ServiceAccount (pods cannot be created before it exists).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import ssl
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import yaml
+
+from ..errors import TorchdagError
+from . import manifests, procs
+from .layout import ARGO_CRDS, ARGO_NAMESPACE, SA_ISSUER, SERVICE_CIDR, SERVICE_IP, Layout, binary
+
+COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "workflow-controller")
+PORTS = ("etcd-client", "etcd-peer", "apiserver", "controller-manager", "scheduler", "argo-healthz")
+ARGO_EXECUTOR_IMAGE = "quay.io/argoproj/argoexec:v4.0.5"  # named in pods, never pulled (no container runtime)
+WAIT_S = 240.0  # one component's start on a busy two-core machine takes up to a minute or so
+
+
+class ClusterError(TorchdagError):
+    """Something the user can act on (torchdag/errors.py prints it; exit status 1)."""
+
+
+def argv(layout: Layout, component: str, port: dict[str, int]) -> list[str]:
+    """The component's command line (all addresses 127.0.0.1)."""
+    pki, kubeconfig = layout.pki, str(layout.kubeconfig)
+    serving = ["--bind-address=127.0.0.1", f"--cert-dir={layout.root / 'serving' / component}",
+               f"--authentication-kubeconfig={kubeconfig}", f"--authorization-kubeconfig={kubeconfig}"]
+    lines = {
+        "etcd": [
+            "--name=default", f"--data-dir={layout.root / 'etcd'}",
+            f"--listen-client-urls=http://127.0.0.1:{port['etcd-client']}",
+            f"--advertise-client-urls=http://127.0.0.1:{port['etcd-client']}",
+            f"--listen-peer-urls=http://127.0.0.1:{port['etcd-peer']}",
+            f"--initial-advertise-peer-urls=http://127.0.0.1:{port['etcd-peer']}",
+            f"--initial-cluster=default=http://127.0.0.1:{port['etcd-peer']}",
+            # A throwaway test cluster: losing the last writes in a power cut costs nothing.
+            "--unsafe-no-fsync", "--log-level=warn",
+        ],
+        "kube-apiserver": [
+            f"--etcd-servers=http://127.0.0.1:{port['etcd-client']}",
+            "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", f"--secure-port={port['apiserver']}",
+            f"--tls-cert-file={pki / 'apiserver.crt'}", f"--tls-private-key-file={pki / 'apiserver.key'}",
+            f"--client-ca-file={pki / 'ca.crt'}",
+            f"--service-account-issuer={SA_ISSUER}", f"--service-account-key-file={pki / 'sa.pub'}",
+            f"--service-account-signing-key-file={pki / 'sa.key'}",
+            f"--service-cluster-ip-range={SERVICE_CIDR}", "--authorization-mode=Node,RBAC",
+            "--allow-privileged=true",
+            # Endpoints may not hold a loopback address; in-cluster clients get the real one.
+            "--endpoint-reconciler-type=none", "--profiling=false",
+        ],
+        "kube-controller-manager": [
+            f"--kubeconfig={kubeconfig}", *serving, f"--secure-port={port['controller-manager']}",
+            "--leader-elect=false", "--use-service-account-credentials=true",
+            f"--service-account-private-key-file={pki / 'sa.key'}", f"--root-ca-file={pki / 'ca.crt'}",
+            f"--service-cluster-ip-range={SERVICE_CIDR}", "--profiling=false",
+        ],
+        "kube-scheduler": [
+            f"--config={layout.root / 'scheduler.yaml'}", *serving, f"--secure-port={port['scheduler']}",
+            "--profiling=false",
+        ],
+        "workflow-controller": [
+            f"--kubeconfig={kubeconfig}", f"--namespace={ARGO_NAMESPACE}",
+            f"--executor-image={ARGO_EXECUTOR_IMAGE}", "--executor-image-pull-policy=IfNotPresent",
+        ],
+    }
+    return [str(binary(component)), *lines[component]]
+
+
+def env(component: str, port: dict[str, int]) -> dict[str, str]:
+    if component != "workflow-controller":
+        return {}
+    # One controller, no leader election; its health server on loopback (the Makefile's build
+    # reads this variable where Argo's main listens on ":6060").
+    return {"LEADER_ELECTION_DISABLE": "true", "TORCHDAG_HEALTHZ_ADDRESS": f"127.0.0.1:{port['argo-healthz']}"}
+
+
+def _tail(path: Path, lines: int = 15) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
+
+
+class Cluster:
+    def __init__(self, layout: Layout) -> None:
+        self.layout = layout
+        self.port: dict[str, int] = {}
+        self._api_context: ssl.SSLContext | None = None
+
+    # -- talking to the servers -------------------------------------------------------------
+    def api_context(self) -> ssl.SSLContext:
+        if self._api_context is None:
+            ctx = ssl.create_default_context(cafile=str(self.layout.cert("ca.crt")))
+            ctx.load_cert_chain(str(self.layout.cert("admin.crt")), str(self.layout.cert("admin.key")))
+            self._api_context = ctx
+        return self._api_context
+
+    def api(self, path: str) -> dict | None:
+        """GET from the API server as admin; None when the object does not exist (404)."""
+        url = f"https://127.0.0.1:{self.port['apiserver']}{path}"
+        try:
+            with urllib.request.urlopen(url, context=self.api_context(), timeout=10) as answer:
+                return json.loads(answer.read())
+        except urllib.error.HTTPError as err:
+            if err.code == 404:
+                return None
+            raise
+
+    def kubectl(self, *args: str, stdin: str | None = None) -> str:
+        cmd = [str(binary("kubectl")), f"--kubeconfig={self.layout.kubeconfig}", *args]
+        done = subprocess.run(cmd, input=stdin, capture_output=True, text=True, check=False)
+        if done.returncode:
+            raise ClusterError(f"kubectl {' '.join(args[:3])}: {done.stderr.strip() or done.stdout.strip()}")
+        return done.stdout
+
+    @staticmethod
+    def _health(url: str, context: ssl.SSLContext | None) -> bool:
+        try:
+            with urllib.request.urlopen(url, context=context, timeout=5) as answer:
+                body = answer.read().decode(errors="replace")
+                return answer.status == 200 and ("ok" in body or '"health":"true"' in body.replace(" ", ""))
+        except (OSError, ValueError):
+            return False
+
+    def health_url(self, component: str) -> tuple[str, ssl.SSLContext | None]:
+        unverified = ssl._create_unverified_context()  # self-signed serving certs of kcm and scheduler
+        return {
+            "etcd": (f"http://127.0.0.1:{self.port['etcd-client']}/health", None),
+            "kube-apiserver": (f"https://127.0.0.1:{self.port['apiserver']}/readyz", self.api_context()),
+            "kube-controller-manager": (f"https://127.0.0.1:{self.port['controller-manager']}/healthz", unverified),
+            "kube-scheduler": (f"https://127.0.0.1:{self.port['scheduler']}/healthz", unverified),
+            "workflow-controller": (f"http://127.0.0.1:{self.port['argo-healthz']}/healthz", None),
+        }[component]
+
+    def healthy(self, component: str) -> bool:
+        return self._health(*self.health_url(component))
+
+    def wait(self, what: str, check, component: str | None = None, timeout: float = WAIT_S) -> None:
+        """Poll `check` until true; fail early when the component's process has died."""
+        deadline = time.monotonic() + timeout
+        while not check():
+            if component and procs.running(self.layout, component, binary(component)) is None:
+                raise ClusterError(f"{component} exited; {self.layout.log(component)} ends:\n"
+                                   + _tail(self.layout.log(component)))
+            if time.monotonic() > deadline:
+                log = f"; {self.layout.log(component)} ends:\n{_tail(self.layout.log(component))}" if component else ""
+                raise ClusterError(f"timed out after {timeout:.0f}s waiting for {what}{log}")
+            time.sleep(0.5)
+
+    # -- bringing it up ---------------------------------------------------------------------
+    def ensure(self, component: str) -> bool:
+        """Start the component unless it runs; True if it was started now."""
+        if procs.running(self.layout, component, binary(component)) is not None:
+            return False
+        procs.start(self.layout, component, argv(self.layout, component, self.port), env(component, self.port))
+        return True
+
+    def prepare(self) -> None:
+        missing = [name for name in (*COMPONENTS, "clustercerts", "kubectl") if not binary(name).exists()]
+        if missing or not ARGO_CRDS.is_dir():
+            raise ClusterError(f"missing under .tools: {', '.join(missing) or ARGO_CRDS}; run `make cluster-up`")
+        self.layout.root.mkdir(parents=True, exist_ok=True)
+        subprocess.run([str(binary("clustercerts")), "-dir", str(self.layout.pki), "-service-ip", SERVICE_IP],
+                       check=True)
+        self.port = procs.ports(self.layout, PORTS)
+        self.layout.kubeconfig.write_text(manifests.kubeconfig(self.layout, self.port["apiserver"]))
+        self.layout.kubeconfig.chmod(0o600)
+        (self.layout.root / "scheduler.yaml").write_text(manifests.scheduler_config(self.layout))
+
+    def everything_ready(self) -> bool:
+        return all(procs.running(self.layout, name, binary(name)) is not None and self.healthy(name)
+                   for name in COMPONENTS)
+
+    def apply_argo_prerequisites(self) -> None:
+        objects = [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ARGO_NAMESPACE}},
+                   manifests.argo_configmap(), *manifests.gang_crds()]
+        extra = self.layout.root / "manifests.yaml"
+        extra.write_text(yaml.safe_dump_all(objects, sort_keys=False))
+        argo = sorted(ARGO_CRDS.glob("argoproj.io_*.yaml"))
+        files = [arg for path in (*argo, extra) for arg in ("-f", str(path))]
+        self.kubectl("apply", "--server-side", "--force-conflicts", "--field-manager=torchdag-cluster", *files)
+        names = [yaml.safe_load(path.read_text())["metadata"]["name"] for path in argo]
+        names += [crd["metadata"]["name"] for crd in objects if crd["kind"] == "CustomResourceDefinition"]
+        for name in names:
+            self.wait(f"CRD {name} Established", lambda name=name: self._established(name))
+
+    def _established(self, name: str) -> bool:
+        crd = self.api(f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}") or {}
+        return any(cond["type"] == "Established" and cond["status"] == "True"
+                   for cond in crd.get("status", {}).get("conditions", []))
+
+    def up(self, say=print) -> None:
+        self.prepare()
+        if self.everything_ready():
+            say(f"cluster already up: {self.summary()}")
+            return
+        started = time.monotonic()
+        for component in ("etcd", "kube-apiserver"):
+            self.ensure(component)
+            self.wait(f"{component} health", lambda c=component: self.healthy(c), component)
+        for component in ("kube-controller-manager", "kube-scheduler"):
+            self.ensure(component)
+        self.apply_argo_prerequisites()
+        self.ensure("workflow-controller")
+        for component in COMPONENTS[2:]:
+            self.wait(f"{component} health", lambda c=component: self.healthy(c), component)
+        for namespace in ("default", ARGO_NAMESPACE):
+            self.wait(f"ServiceAccount {namespace}/default",
+                      lambda ns=namespace: self.api(f"/api/v1/namespaces/{ns}/serviceaccounts/default") is not None,
+                      "kube-controller-manager")
+        say(f"cluster up in {time.monotonic() - started:.0f}s: {self.summary()}")
+
+    def summary(self) -> str:
+        return (f"API server https://127.0.0.1:{self.port['apiserver']}, kubeconfig {self.layout.kubeconfig}, "
+                f"logs {self.layout.logs}/")
+
+    def down(self, say=print) -> None:
+        stopped = [name for name in reversed(COMPONENTS) if procs.stop(self.layout, name, binary(name))]
+        if self.layout.root.exists():
+            shutil.rmtree(self.layout.root, ignore_errors=True)
+        say(f"stopped {', '.join(stopped) or 'nothing (none was running)'}; removed {self.layout.root}")
+

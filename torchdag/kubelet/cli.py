@@ -1,0 +1,111 @@
+"""`python -m torchdag.kubelet --kubeconfig .cluster/kubeconfig --nodes a,b` (docs/kubelet.md)."""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import threading
+from pathlib import Path
+
+from ..localrun.cli import _parse_map
+from ..localrun.mapping import CHECKOUT
+from ..localrun.prepare import Options
+from .api import Kube
+from .kubelet import Kubelet
+from .sandbox import can_mount
+from .workflows import WorkflowWatch
+
+DEFAULT_ARGOEXEC = CHECKOUT / ".tools" / "bin" / "argoexec"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m torchdag.kubelet",
+        description="A kubelet that runs the pods bound to its Nodes as local processes (docs/kubelet.md).")
+    p.add_argument("--kubeconfig", required=True, help="kubeconfig of the API server (e.g. .cluster/kubeconfig)")
+    nodes = p.add_mutually_exclusive_group(required=True)
+    nodes.add_argument("--nodes", help="comma-separated Node names this kubelet serves")
+    nodes.add_argument("--selector", help="serve every Node matching this label selector (read at start)")
+    p.add_argument("--state-dir", default=None,
+                   help="pods' files and logs/<namespace>/<pod>/<container>.log "
+                        "(default: the kubeconfig's folder, e.g. .cluster)")
+    p.add_argument("--map", dest="maps", action="append", default=[], type=_parse_map, metavar="SRC=DST",
+                   help="map an image path prefix to DST (repeatable; /opt/torchdag=<this checkout> is always last)")
+    p.add_argument("--cpu", action="store_true",
+                   help="as `make smoke --cpu`: GPU/NPU pods train on CPU (gloo, no set_env wrapper), said in the log")
+    p.add_argument("--keep-addresses", action="store_true",
+                   help="keep the rendered master address and NIC names (default: 127.0.0.1 and lo, as make smoke)")
+    p.add_argument("--argoexec", default=str(DEFAULT_ARGOEXEC),
+                   help="Argo's executor, built from Argo's module (default: %(default)s)")
+    p.add_argument("--wait", choices=("report", "real"), default="report",
+                   help="Argo's wait sidecar: 'report' = not run, reported exit 0 with a message saying so "
+                        "(default); 'real' = run `argoexec wait` (needs RBAC for workflowtaskresults)")
+    p.add_argument("--no-exec", action="store_true",
+                   help="benchmarks: report every pod Running, then Succeeded, without starting processes")
+    p.add_argument("--no-exec-seconds", type=float, default=0.0, metavar="S",
+                   help="with --no-exec: seconds between Running and Succeeded (default 0)")
+    p.add_argument("--lease-every", type=float, default=10.0, metavar="S",
+                   help="renew every Node's Lease each S seconds (kubelet: 10)")
+    return p
+
+
+def resolve_nodes(api: Kube, args) -> list[str]:
+    if args.nodes:
+        return [n.strip() for n in args.nodes.split(",") if n.strip()]
+    listed = api.request("GET", "/api/v1/nodes", query={"labelSelector": args.selector})
+    return [n["metadata"]["name"] for n in listed["items"]]
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    api = Kube(args.kubeconfig)
+    nodes = resolve_nodes(api, args)
+    if not nodes:
+        print(f"error: no Nodes to serve ({args.nodes or args.selector!r})", file=sys.stderr)
+        return 2
+    state_dir = Path(args.state_dir) if args.state_dir else Path(args.kubeconfig).resolve().parent
+    options = Options(maps=list(args.maps), cpu=args.cpu)
+    if args.keep_addresses:
+        options.address, options.nic = None, None
+    argoexec = args.argoexec if Path(args.argoexec).exists() else None
+    kubelet = Kubelet(api, nodes, state_dir=state_dir, options=options, argoexec=argoexec, wait=args.wait,
+                      no_exec=args.no_exec, no_exec_seconds=args.no_exec_seconds, lease_every=args.lease_every)
+    missing = kubelet.keeper.load()
+    if missing:
+        print(f"error: no such Node: {', '.join(missing)} (register them first: make cluster-nodes)", file=sys.stderr)
+        return 2
+    say = kubelet.say
+    say(f"serving {len(nodes)} node(s): {', '.join(nodes[:8])}{' ...' if len(nodes) > 8 else ''}; "
+        f"API server {api.cfg.host}; logs in {kubelet.logs_dir}")
+    if args.no_exec:
+        say("--no-exec: pods are reported Running, then Succeeded; no process is started")
+    else:
+        say("stand-ins: " + "; ".join([
+            "addresses -> 127.0.0.1, NICs -> lo" if not args.keep_addresses else "addresses and NICs as rendered",
+            "GPU/NPU pods on CPU (gloo, TORCHDAG_DEVICE=cpu, no set_env wrapper)" if args.cpu
+            else "GPU/NPU pods need the devices here",
+            f"/opt/torchdag -> {CHECKOUT}",
+            f"Argo's wait sidecar: {args.wait}",
+            f"argoexec: {argoexec or 'not built (argoexec pods fail to start)'}",
+            "per-pod mounts (unshare --mount)" if can_mount() else "not root: no per-pod mounts"]))
+    kubelet.keeper.beat_all(status=True)
+    threads = [threading.Thread(target=kubelet.keeper.run, name="heartbeats", daemon=True),
+               threading.Thread(target=kubelet.watch_pods, name="pod watch", daemon=True)]
+    if not args.no_exec:
+        flows = WorkflowWatch(kubelet)
+        threads += [threading.Thread(target=flows.watch, name="workflow watch", daemon=True),
+                    threading.Thread(target=flows.tick, name="deadlines", daemon=True)]
+    stop = threading.Event()
+
+    def on_signal(signum, _frame):
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    for thread in threads:
+        thread.start()
+    stop.wait()
+    say("stopping: every process started here is stopped")
+    kubelet.shutdown()
+    return 0

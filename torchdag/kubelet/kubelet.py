@@ -1,0 +1,186 @@
+"""The process kubelet: watches the pods bound to its Nodes and runs each (pods.py), keeps
+the Nodes Ready (nodes.py), deletes deleted pods once their processes are gone, and stands
+in for what Argo does through pods/exec (workflows.py)."""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from kubernetes.client.exceptions import ApiException
+
+from ..localrun.prepare import Options
+from .api import Kube
+from .nodes import NodeKeeper
+from .pods import PodWorker
+from .translate import PodContext
+
+TERMINAL = ("Succeeded", "Failed")
+
+
+class Kubelet:
+    def __init__(self, api: Kube, nodes: list[str], *, state_dir: Path, options: Options,
+                 argoexec: str | None = None, wait: str = "report", no_exec: bool = False,
+                 no_exec_seconds: float = 0.0, lease_every: float = 10.0, out=None):
+        self.api = api
+        self.nodes = set(nodes)
+        self.state_dir = state_dir
+        self.logs_dir = state_dir / "logs"
+        self.options = options
+        self.argoexec = argoexec
+        self.wait = wait
+        self.no_exec = no_exec
+        self.no_exec_seconds = no_exec_seconds
+        self.out = out or sys.stderr
+        self.base_env = dict(os.environ)
+        self.bin_dir = str(Path(sys.executable).parent)
+        self.keeper = NodeKeeper(api, nodes, lease_every=lease_every, say=self.say)
+        self.workers: dict[str, PodWorker] = {}  # uid -> worker (finished ones kept: not run twice)
+        self.deleting: set[str] = set()  # uids whose pod is being deleted
+        self.lock = threading.Lock()
+        self.stopping = threading.Event()
+        self.quick = ThreadPoolExecutor(max_workers=8, thread_name_prefix="no-exec") if no_exec else None
+        self._say_lock = threading.Lock()
+
+    def say(self, text: str) -> None:
+        with self._say_lock:
+            self.out.write(f"[kubelet {time.strftime('%H:%M:%S')}] {text}\n")
+            self.out.flush()
+
+    # -- what workers ask
+
+    def node_ip(self, node: str) -> str:
+        return self.keeper.address(node)
+
+    def pod_ip(self, node: str) -> str:
+        # No pod network here: a pod without hostNetwork gets its Node's address too.
+        return self.keeper.address(node)
+
+    def log_path(self, namespace: str, pod: str, container: str) -> Path:
+        return self.logs_dir / namespace / pod / f"{container}.log"
+
+    def context_for(self, pod: dict) -> PodContext:
+        node = pod["spec"]["nodeName"]
+        ip = self.node_ip(node)
+        pod_ip = ip if pod["spec"].get("hostNetwork") else self.pod_ip(node)
+        return PodContext(node_name=node, host_ip=ip, pod_ip=pod_ip,
+                          api_host=self.api.api_host, api_port=self.api.api_port,
+                          allocatable=self.keeper.allocatable(node), config_maps=self.api.config_map_data,
+                          secrets=self.api.secret_data, options=self.options, argoexec=self.argoexec, wait=self.wait)
+
+    def pod_done(self, worker: PodWorker) -> None:
+        if worker.uid in self.deleting:
+            self._delete_now(worker.pod)
+
+    # -- pod events
+
+    def _delete_now(self, pod: dict) -> None:
+        meta = pod["metadata"]
+        try:
+            self.api.delete_pod_now(meta.get("namespace", "default"), meta["name"], meta["uid"])
+            self.say(f"{meta.get('namespace', 'default')}/{meta['name']}: deleted (processes gone)")
+        except Exception as err:  # noqa: BLE001
+            self.say(f"{meta['name']}: final delete failed: {str(err).splitlines()[0]}")
+
+    def on_pod(self, kind: str, pod: dict) -> None:
+        meta, spec = pod["metadata"], pod.get("spec") or {}
+        if spec.get("nodeName") not in self.nodes:
+            return
+        uid = meta["uid"]
+        key = f"{meta.get('namespace', 'default')}/{meta['name']}"
+        if kind == "DELETED":
+            with self.lock:
+                worker = self.workers.pop(uid, None)
+            if worker is not None and not worker.done.is_set():
+                worker.stop("pod object removed", 0)
+            return
+        with self.lock:
+            worker = self.workers.get(uid)
+        if meta.get("deletionTimestamp"):
+            if uid in self.deleting:
+                return
+            self.deleting.add(uid)
+            grace = meta.get("deletionGracePeriodSeconds")
+            if worker is None or worker.done.is_set():
+                self._delete_now(pod)
+            else:
+                worker.stop("pod deleted", float(30 if grace is None else grace))
+            return
+        if worker is not None:
+            return
+        phase = (pod.get("status") or {}).get("phase")
+        if phase in TERMINAL:
+            return
+        if phase == "Running":  # ours from before this kubelet started: its processes are gone
+            self._lost(pod, key)
+            return
+        worker = PodWorker(self, pod)
+        with self.lock:
+            self.workers[uid] = worker
+        self.say(f"{key}: bound to {spec['nodeName']}: {'completing (--no-exec)' if self.no_exec else 'starting'}")
+        if self.quick is not None:
+            self.quick.submit(worker._run)
+        else:
+            worker.start()
+
+    def _lost(self, pod: dict, key: str) -> None:
+        """A Running pod no process of ours backs (a kubelet restart): reported Failed."""
+        worker = PodWorker(self, pod)
+        for state in worker.state.inits + worker.state.mains:
+            state.start(None, worker.state.node)
+            state.finish(137, "the process kubelet restarted and its processes are gone", reason="Error")
+        worker.state.reason, worker.state.message = "NodeLost", "the process kubelet restarted"
+        worker.push()
+        self.say(f"{key}: was Running before this kubelet started: reported Failed")
+        with self.lock:
+            self.workers[pod["metadata"]["uid"]] = worker
+        worker.done.set()
+
+    def watch_pods(self) -> None:
+        """List then watch every bound pod; filter to our Nodes (one watch for any number of Nodes)."""
+        query = {"fieldSelector": "spec.nodeName!="}
+        while not self.stopping.is_set():
+            try:
+                items, cont = [], None
+                while True:
+                    page = self.api.request("GET", "/api/v1/pods", query=dict(query, limit="500", **{"continue": cont}))
+                    items += page["items"]
+                    version, cont = page["metadata"]["resourceVersion"], page["metadata"].get("continue")
+                    if not cont:
+                        break
+                for pod in items:
+                    self.on_pod("ADDED", pod)
+                while not self.stopping.is_set():
+                    for event in self.api.watch("/api/v1/pods", dict(query, resourceVersion=version)):
+                        obj = event["object"]
+                        if event["type"] == "ERROR":
+                            raise ApiException(status=obj.get("code", 500), reason=obj.get("message"))
+                        version = obj["metadata"]["resourceVersion"]
+                        if event["type"] != "BOOKMARK":
+                            self.on_pod(event["type"], obj)
+            except Exception as err:  # noqa: BLE001 -- relist after any break (410 Gone included)
+                if self.stopping.is_set():
+                    return
+                self.say(f"pod watch: {str(err).splitlines()[0]}; listing again")
+                time.sleep(1)
+
+    # -- lifecycle
+
+    def running_workers(self) -> list[PodWorker]:
+        with self.lock:
+            return [w for w in self.workers.values() if not w.done.is_set()]
+
+    def shutdown(self, grace: float = 2.0) -> None:
+        """Stop every process we started (the pods stay as the API server last heard)."""
+        self.stopping.set()
+        self.keeper.stop()
+        for worker in self.running_workers():
+            worker.stop("the process kubelet is stopping", grace)
+        deadline = time.monotonic() + grace + 3
+        for worker in self.running_workers():
+            worker.done.wait(max(0.0, deadline - time.monotonic()))
+

@@ -1,0 +1,277 @@
+"""One pod on one of our Nodes: its containers as local processes, its status reported.
+
+Init containers run one at a time, in order; then every container at once. A container
+is its process and everything that process starts (torchdag.localrun.procs.ProcessTree):
+when the first ends the others are killed, as a container's processes die with it. The
+status goes to pods/status after every change. Stopping (pod deletion, Argo's Terminate)
+sends SIGTERM to every running container, SIGKILL after the grace period.
+"""
+
+from __future__ import annotations
+
+import shlex
+import signal
+import subprocess
+import threading
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ..localrun.prepare import process_env
+from ..localrun.procs import MARKER_ENV, ProcessTree
+from .sandbox import SA_PATH, Sandbox, wrap
+from .status import WAIT_NOT_RUN, ContainerState, PodState, exit_code_of, termination_message
+from .translate import ContainerRun, PodError, plan_pod
+
+if TYPE_CHECKING:
+    from .kubelet import Kubelet
+
+POLL = 0.2
+TOKEN_SECONDS = 86400
+
+
+class PodWorker:
+    def __init__(self, kubelet: "Kubelet", pod: dict):
+        self.k = kubelet
+        self.pod = pod
+        meta = pod["metadata"]
+        self.namespace, self.name, self.uid = meta.get("namespace", "default"), meta["name"], meta["uid"]
+        self.key = f"{self.namespace}/{self.name}"
+        spec = pod["spec"]
+        node = spec["nodeName"]
+        host_ip = kubelet.node_ip(node)
+        self.state = PodState(node, host_ip, host_ip if spec.get("hostNetwork") else kubelet.pod_ip(node),
+                              spec.get("restartPolicy", "Always"),
+                              kept_conditions=list((pod.get("status") or {}).get("conditions") or []))
+        self.images = {c["name"]: c.get("image", "") for c in spec.get("initContainers", []) + spec["containers"]}
+        self.state.inits = [ContainerState(c["name"], c.get("image", ""), init=True)
+                            for c in spec.get("initContainers") or []]
+        self.state.mains = [ContainerState(c["name"], c.get("image", "")) for c in spec["containers"]]
+        self.trees: dict[str, ProcessTree] = {}
+        self.popens: dict[str, subprocess.Popen] = {}
+        self.stop_reason: str | None = None
+        self.kill_at: float | None = None
+        self.done = threading.Event()
+        self.lock = threading.Lock()
+        self.thread = threading.Thread(target=self._run, name=f"pod {self.key}", daemon=True)
+
+    # -- control from the kubelet's watch threads
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def stop(self, reason: str, grace: float) -> None:
+        """SIGTERM every running container now, SIGKILL after grace seconds."""
+        with self.lock:
+            first = self.stop_reason is None
+            self.stop_reason = self.stop_reason or reason
+            kill_at = time.monotonic() + max(grace, 0)
+            self.kill_at = kill_at if self.kill_at is None else min(self.kill_at, kill_at)
+            if first:
+                self.k.say(f"{self.key}: stopping ({reason}; SIGKILL after {grace:g} s)")
+                for tree in self.trees.values():
+                    tree.signal(signal.SIGTERM)
+
+    # -- the pod's life
+
+    def push(self) -> None:
+        try:
+            self.k.api.patch_pod_status(self.namespace, self.name, self.state.to_api())
+        except Exception as err:  # noqa: BLE001 -- a deleted pod or a restarting API server: said, not fatal
+            self.k.say(f"{self.key}: status not reported: {str(err).splitlines()[0]}")
+
+    def _run(self) -> None:
+        try:
+            if self.k.no_exec:
+                self._complete_without_processes()
+            else:
+                self._run_processes()
+        except Exception as err:  # noqa: BLE001 -- one pod's trouble must not stop the others
+            self.k.say(f"{self.key}: kubelet error: {err!r}")
+        finally:
+            self.done.set()
+            self.k.pod_done(self)
+
+    def _complete_without_processes(self) -> None:
+        """--no-exec (benchmarks): Running, then Succeeded; nothing is started."""
+        for c in self.state.inits:
+            c.start(None, self.state.node)
+            c.finish(0, "not run: --no-exec")
+        for c in self.state.mains:
+            c.start(None, self.state.node)
+        self.push()
+        if self.k.no_exec_seconds:
+            time.sleep(self.k.no_exec_seconds)
+        for c in self.state.mains:
+            c.finish(0, "not run: --no-exec")
+        self.push()
+
+    def _plan(self) -> tuple[list[ContainerRun], list[ContainerRun]] | None:
+        """The containers as they will start; while one cannot (a missing ConfigMap), the
+        pod stays Pending with the reason and the plan is tried again, as kubelet does."""
+        while self.stop_reason is None:
+            try:
+                return plan_pod(self.pod, self.k.context_for(self.pod))
+            except PodError as err:
+                for c in self.state.inits + self.state.mains:
+                    c.waiting = ("CreateContainerConfigError", str(err))
+                self.push()
+                self.k.say(f"{self.key}: cannot start: {err}")
+                time.sleep(5)
+        return None
+
+    def _run_processes(self) -> None:
+        self.push()  # Pending, with IPs and start time
+        plan = self._plan()
+        if plan is None:
+            return
+        inits, mains = plan
+        self.sandbox = Sandbox.for_pod(self.k.state_dir, self.pod)
+        self._prepare_volumes()
+        for run in inits:
+            state = self._state(run)
+            state.waiting = ("PodInitializing", "")
+            self._start(run, state)
+            self.push()
+            self._wait({run.name: state})
+            self.push()
+            if state.exit_code != 0 or self.stop_reason:
+                self._finish_not_started()
+                return
+        states = {}
+        for run in mains:
+            state = self._state(run)
+            if run.role == "argo-wait":
+                state.stand_in, state.waiting = True, ("NotRun", WAIT_NOT_RUN)
+                continue
+            self._start(run, state)
+            states[run.name] = state
+        self.push()
+        self._wait(states)
+        for state in self.state.mains:
+            if state.stand_in and not state.terminated:
+                state.finish(0, WAIT_NOT_RUN)
+        self.push()
+
+    def _finish_not_started(self) -> None:
+        self.push()
+
+    def _state(self, run: ContainerRun) -> ContainerState:
+        return next(c for c in (self.state.inits if run.init else self.state.mains) if c.name == run.name)
+
+    def _prepare_volumes(self) -> None:
+        spec = self.pod["spec"]
+        for volume in spec.get("volumes") or []:
+            sources = (volume.get("projected") or {}).get("sources") or []
+            if any("serviceAccountToken" in s for s in sources):
+                self._service_account()
+            for kind, lookup in (("configMap", self.k.api.config_map_data), ("secret", self.k.api.secret_data)):
+                if kind in volume:
+                    ref = volume[kind]
+                    data = lookup(self.namespace, ref.get("name") or ref.get("secretName"))
+                    if data is not None:
+                        self.sandbox.write_files(volume["name"], data, ref.get("items"))
+
+    def _service_account(self) -> None:
+        account = self.pod["spec"].get("serviceAccountName") or "default"
+        try:
+            token = self.k.api.token_for(self.namespace, account, self.pod, TOKEN_SECONDS)
+        except Exception as err:  # noqa: BLE001 -- the container then finds no token, as it would say
+            self.k.say(f"{self.key}: no token for ServiceAccount {account}: {str(err).splitlines()[0]}")
+            return
+        self.sandbox.write_service_account(token, self.k.api.ca_bytes(), self.namespace)
+        self.k.say(f"{self.key}: ServiceAccount {account} token (TokenRequest, bound to the pod) at {SA_PATH}")
+
+    def _start(self, run: ContainerRun, state: ContainerState) -> None:
+        log_path = self.k.log_path(self.namespace, self.name, run.name)
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        notes = list(run.notes)
+        termination = self.sandbox.termination_file(run.name)
+        binds: list[tuple[str, str]] = []
+        if self.sandbox.mounts_allowed:
+            binds = self.sandbox.binds(self.pod["spec"].get("volumes") or [], run.volume_mounts,
+                                       (termination, run.termination_path), notes)
+        elif run.volume_mounts:
+            notes.append("not root: no mount namespace, the container's volumes and "
+                         f"{run.termination_path} are not mounted")
+        state.termination_file = termination  # type: ignore[attr-defined]
+        env = process_env(self.k.base_env, self.k.bin_dir, run.env)
+        if run.role == "argoexec":  # `argoexec init` copies itself from PATH into /var/run/argo
+            env["PATH"] = str(Path(run.argv[0]).parent) + ":" + env["PATH"]
+        marker = f"{self.uid}/{run.name}"
+        env[MARKER_ENV] = marker
+        argv = wrap(run.argv, binds)
+        for note in notes:
+            self.k.say(f"{self.key} {run.name}: {note}")
+        with open(log_path, "ab") as log:
+            try:
+                popen = subprocess.Popen(argv, env=env, cwd=run.cwd, stdin=subprocess.DEVNULL, stdout=log,
+                                         stderr=subprocess.STDOUT, start_new_session=True)
+            except OSError as err:
+                state.finish(128, f"cannot start {run.argv[0]}: {err.strerror}", reason="StartError")
+                self.k.say(f"{self.key} {run.name}: cannot start: {err}")
+                return
+        with self.lock:
+            self.popens[run.name] = popen
+            self.trees[run.name] = ProcessTree(popen.pid, marker)
+            if self.stop_reason is not None:
+                self.trees[run.name].signal(signal.SIGTERM)
+        state.start(popen.pid, self.state.node)
+        state.run = run  # type: ignore[attr-defined]
+        self.k.say(f"{self.key} {run.name}: pid {popen.pid} ({run.role}, device {run.device}): "
+                   f"{shlex.join(run.argv)} > {log_path}")
+
+    def _wait(self, states: dict[str, ContainerState]) -> None:
+        """Until every container in states has ended; each end reported at once."""
+        while any(s.running for s in states.values()):
+            time.sleep(POLL)
+            with self.lock:
+                kill = self.kill_at is not None and time.monotonic() >= self.kill_at
+            for name, state in states.items():
+                if not state.running:
+                    continue
+                popen, tree = self.popens[name], self.trees[name]
+                tree.refresh()
+                if kill and tree.alive():
+                    tree.signal(signal.SIGKILL)
+                if popen.poll() is None:
+                    continue
+                tree.signal(signal.SIGKILL)  # the container's other processes die with it
+                self._finished(name, state, popen.returncode)
+                self.push()
+
+    def _finished(self, name: str, state: ContainerState, returncode: int) -> None:
+        code, sig = exit_code_of(returncode)
+        run: ContainerRun = state.run  # type: ignore[attr-defined]
+        try:
+            text = state.termination_file.read_text(errors="replace")  # type: ignore[attr-defined]
+        except OSError:
+            text = ""
+        message = termination_message(text, run.termination_policy, code, self._log_tail(name))
+        state.finish(code, message)
+        state.signal = sig
+        if run.emissary:  # what the emissary would leave for Argo's wait container
+            argo = self._var_run_argo()
+            if argo is not None:
+                (argo / "ctr" / name).mkdir(parents=True, exist_ok=True)
+                (argo / "ctr" / name / "exitcode").write_text(str(code))
+        self.k.say(f"{self.key} {name}: exit {code}{f' (signal {sig})' if sig else ''}"
+                   f"{f': {message.strip()}' if message.strip() else ''}")
+
+    def _var_run_argo(self) -> Path | None:
+        volumes = {v["name"]: v for v in self.pod["spec"].get("volumes") or []}
+        for c in self.pod["spec"]["containers"]:
+            for m in c.get("volumeMounts") or []:
+                if m["mountPath"] == "/var/run/argo" and m["name"] in volumes:
+                    return self.sandbox.source_for(volumes[m["name"]], [])
+        return None
+
+    def _log_tail(self, name: str) -> str:
+        path = self.k.log_path(self.namespace, self.name, name)
+        try:
+            with open(path, "rb") as f:
+                f.seek(0, 2)
+                f.seek(max(0, f.tell() - 16384))
+                return f.read().decode("utf-8", "replace")
+        except OSError:
+            return ""

@@ -1,0 +1,169 @@
+"""A pod's files, and the fixed in-container paths each of its processes sees.
+
+Every pod gets a folder (STATE/pods/<namespace>/<pod>-<uid>/): its volumes (emptyDir,
+configMap, secret, the ServiceAccount token projected as kube-api-access-*), one
+termination-message file per container. As root, each container's process starts under
+`unshare --mount` with bind mounts, so the paths in-cluster code reads are the pod's own:
+/var/run/secrets/kubernetes.io/serviceaccount/{token,ca.crt,namespace} (client-go's
+InClusterConfig and the gang watch read them there), /var/run/argo (Argo's shared
+volume), the container's terminationMessagePath. A mount point that does not exist on
+this machine is created only under /var/run, /run and /dev (tmpfs and devtmpfs: gone at
+reboot); any other volume whose mount point is missing is skipped, with a note.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+
+SA_PATH = "/var/run/secrets/kubernetes.io/serviceaccount"
+CREATABLE = ("/var/run/", "/run/", "/dev/")
+MOUNT_SCRIPT = 'while [ "$1" != -- ]; do mount --bind "$1" "$2" || exit 126; shift 2; done; shift; exec "$@"'
+
+
+def can_mount() -> bool:
+    return os.geteuid() == 0 and shutil.which("unshare") is not None
+
+
+@dataclass
+class Sandbox:
+    root: Path
+    mounts_allowed: bool = field(default_factory=can_mount)
+
+    @classmethod
+    def for_pod(cls, state_dir: Path, pod: dict, mounts_allowed: bool | None = None) -> "Sandbox":
+        meta = pod["metadata"]
+        root = state_dir / "pods" / meta.get("namespace", "default") / f"{meta['name']}-{meta.get('uid', '')[:8]}"
+        root.mkdir(parents=True, exist_ok=True)
+        return cls(root) if mounts_allowed is None else cls(root, mounts_allowed)
+
+    def volume_dir(self, name: str) -> Path:
+        path = self.root / "volumes" / name
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+    def write_service_account(self, token: str, ca: bytes, namespace: str) -> Path:
+        folder = self.volume_dir("serviceaccount")
+        for name, data in (("token", token.encode()), ("ca.crt", ca), ("namespace", namespace.encode())):
+            tmp = folder / f".{name}.tmp"
+            tmp.write_bytes(data)
+            os.replace(tmp, folder / name)  # rotated in place, as kubelet's atomic writer does
+        return folder
+
+    def write_files(self, volume: str, data: dict[str, str], items: list[dict] | None) -> Path:
+        folder = self.volume_dir(volume)
+        chosen = [(i["key"], i.get("path", i["key"])) for i in items] if items else [(k, k) for k in data]
+        for key, path in chosen:
+            if key in data:
+                target = folder / path
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_text(data[key])
+        return folder
+
+    def termination_file(self, container: str) -> Path:
+        path = self.root / "termination" / container
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("")
+        return path
+
+    def source_for(self, volume: dict, notes: list[str]) -> Path | None:
+        """Where a pod volume's files are on this machine (None: not mounted)."""
+        name = volume["name"]
+        if "emptyDir" in volume:
+            if (volume["emptyDir"] or {}).get("medium") == "Memory" and os.path.isdir("/dev/shm"):
+                # tmpfs, as kubelet gives medium: Memory (/dev/shm holds torch's shared memory)
+                path = Path("/dev/shm/torchdag-kubelet") / self.root.parent.name / self.root.name / name
+                path.mkdir(parents=True, exist_ok=True)
+                return path
+            return self.volume_dir(name)
+        if "hostPath" in volume:
+            path = Path(volume["hostPath"]["path"])
+            if path.exists():
+                return path
+            notes.append(f"volume {name}: hostPath {path} does not exist here: not mounted")
+            return None
+        projected = (volume.get("projected") or {}).get("sources") or []
+        if any("serviceAccountToken" in s for s in projected) or name == "serviceaccount":
+            return self.root / "volumes" / "serviceaccount"
+        for kind in ("configMap", "secret", "projected", "downwardAPI", "persistentVolumeClaim"):
+            if kind in volume:
+                folder = self.root / "volumes" / name
+                if folder.exists():
+                    return folder
+                notes.append(f"volume {name} ({kind}): not provided by the process kubelet: not mounted")
+                return None
+        notes.append(f"volume {name}: kind {sorted(k for k in volume if k != 'name')} not supported: not mounted")
+        return None
+
+    def binds(self, volumes: list[dict], volume_mounts: list[dict], termination: tuple[Path, str] | None,
+              notes: list[str]) -> list[tuple[str, str]]:
+        """(source on this machine, path in the container) for each mount that can be made."""
+        by_name = {v["name"]: v for v in volumes}
+        out: list[tuple[str, str]] = []
+        for mount in volume_mounts:
+            volume = by_name.get(mount["name"])
+            target = mount["mountPath"]
+            if volume is None:
+                notes.append(f"volumeMount {mount['name']}: no such volume in the pod: not mounted")
+                continue
+            source = self.source_for(volume, notes)
+            if source is None:
+                continue
+            if mount.get("subPath"):
+                source = source / mount["subPath"]
+                source.mkdir(parents=True, exist_ok=True)
+            if str(source) == target:
+                continue
+            if self._mount_point(target, directory=True, notes=notes):
+                out.append((str(source), target))
+        if termination is not None:
+            source, target = termination
+            if self._mount_point(target, directory=False, notes=notes):
+                out.append((str(source), target))
+        return out
+
+    def _mount_point(self, target: str, *, directory: bool, notes: list[str]) -> bool:
+        if os.path.exists(target):
+            return True
+        if not target.startswith(CREATABLE):
+            notes.append(f"mount point {target} does not exist on this machine: not mounted")
+            return False
+        try:
+            if directory:
+                os.makedirs(target, exist_ok=True)
+            else:
+                os.makedirs(os.path.dirname(target), exist_ok=True)
+                open(target, "a").close()
+        except OSError as err:
+            notes.append(f"cannot create mount point {target}: {err.strerror}: not mounted")
+            return False
+        return True
+
+
+def wrap(argv: list[str], binds: list[tuple[str, str]]) -> list[str]:
+    """argv under a mount namespace of its own with the binds made (private propagation:
+    nothing leaks back to this machine); argv unchanged when there is nothing to bind."""
+    if not binds:
+        return list(argv)
+    flat = [word for pair in mount_order(binds) for word in pair]
+    return ["unshare", "--mount", "--propagation", "private", "--", "/bin/sh", "-c", MOUNT_SCRIPT,
+            "kubelet-mounts", *flat, "--", *argv]
+
+
+def _covers(target: str, path: str) -> bool:
+    return path == target or path.startswith(target.rstrip("/") + "/")
+
+
+def mount_order(binds: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """Binds in an order where no mount hides a source still to be bound (Argo mounts an
+    emptyDir on /tmp, and the pod's folder may be under /tmp): a bind whose target covers
+    another's source comes after it."""
+    left, out = list(binds), []
+    while left:
+        free = [b for b in left if not any(_covers(b[1], other[0]) for other in left if other is not b)]
+        chosen = free[0] if free else left[0]
+        out.append(chosen)
+        left.remove(chosen)
+    return out
