@@ -21,6 +21,8 @@ from chart_helpers import REPO, VALUES_FILES, assert_same_workflow, helm_spellin
 from torchdag.catalog import accelerator, accelerator_kinds, catalog, hccl_limit
 from torchdag.validate import BUILTIN_VOLUMES, RESERVED_ENV, quantity_value
 
+_QuotedDumper = MixedDumper  # the name other test modules import (tests/test_api_server_accepts.py)
+
 
 @pytest.mark.parametrize("values", VALUES_FILES, ids=lambda p: f"{p.parent.name}/{p.name}")
 def test_spec_equals_render_py(helm, values):
