@@ -1,0 +1,56 @@
+"""The admins' paths end to end (issue 17, points 4 and 5): `helm install` of the chart with
+`rbac.create`, and a WorkflowTemplate registered with kubectl and then referenced by a
+Workflow (what `argo submit --from` creates), each run to Succeeded by the real controller
+with the process kubelet running the pods, under the RBAC the chart (or docs/gang.md) grants."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pytest
+import yaml
+
+from helpers import REPO
+
+pytestmark = [pytest.mark.go, pytest.mark.torch, pytest.mark.e2e]
+TWO_NODES = [{"address": "198.18.10.1", "nic": "eth10", "devices": 1, "master": True},
+             {"address": "198.18.10.2", "nic": "eth10", "devices": 1}]
+ARGS = ["--type", "example", "--max-steps", "20", "--log-every", "10"]
+
+
+def test_helm_install_with_rbac_create_runs_to_succeeded(job):
+    # The chart's own Role and ServiceAccount, not the fixture's grant to `default`.
+    job.cluster.kubectl("delete", "rolebinding", "torchdag-executor", "-n", job.namespace)
+    values = job.values([dict(n) for n in TWO_NODES], ARGS,
+                        extra="serviceAccountName: trainer\nrbac: {create: true, createServiceAccount: true}\n")
+    job.start(values)
+    helm = [str(REPO / ".tools" / "bin" / "helm"), f"--kubeconfig={job.cluster.kubeconfig}", "-n", job.namespace]
+    installed = subprocess.run([*helm, "install", "training", str(REPO / "chart"), "-f", str(values)],
+                               capture_output=True, text=True, timeout=120)
+    assert installed.returncode == 0, installed.stderr
+    try:
+        (workflow,) = job.cluster.get("workflows", "-n", job.namespace)["items"]
+        name = workflow["metadata"]["name"]
+        wf = job.wait_finished(name, timeout=300)
+        assert wf["status"]["phase"] == "Succeeded", job.explain(name)
+        assert {pod["spec"]["serviceAccountName"] for pod in job.pods(name)} == {"trainer"}
+    finally:
+        subprocess.run([*helm, "uninstall", "training"], capture_output=True, timeout=120)
+
+
+def test_a_workflowtemplate_referenced_by_a_workflow_runs_to_succeeded(job):
+    values = job.values([dict(n) for n in TWO_NODES], ARGS, extra="kind: WorkflowTemplate\n")
+    job.start(values)
+    rendered = job.render(values)
+    (template,) = [d for d in yaml.safe_load_all(rendered.read_text()) if d and d["kind"] == "WorkflowTemplate"]
+    job.cluster.kubectl("create", "-f", str(rendered))
+    workflow = {"apiVersion": "argoproj.io/v1alpha1", "kind": "Workflow",
+                "metadata": {"generateName": "from-template-", "namespace": job.namespace},
+                "spec": {"workflowTemplateRef": {"name": template["metadata"]["name"]}}}
+    name = job.cluster.kubectl("create", "-f", "-", "-o", "name", stdin=json.dumps(workflow)).stdout
+    name = name.strip().split("/")[-1]
+    wf = job.wait_finished(name, timeout=300)
+    assert wf["status"]["phase"] == "Succeeded", job.explain(name)
+    # Argo stores the template's spec in the Workflow's status: the one object holds both.
+    assert wf["status"]["storedWorkflowTemplateSpec"]["templates"], "no stored template spec"
