@@ -64,9 +64,10 @@ class Job:
         assert done.returncode == 0, done.stderr
         return out
 
-    def start(self, values: Path, *kubelet_args: str) -> None:
-        """Register the values file's nodes (`make cluster-nodes`) and serve them."""
-        done = self.cluster.command("nodes", str(values))
+    def start(self, values: Path, *kubelet_args: str, hosts_from: Path | None = None) -> None:
+        """Register the values file's nodes (`make cluster-nodes`; or those of `hosts_from`,
+        hosts that offer other than the job asks) and serve them."""
+        done = self.cluster.command("nodes", str(hosts_from or values))
         assert done.returncode == 0, done.stdout + done.stderr
         self.kubelet = KubeletProcess(self.cluster.kubeconfig, self.hosts[:self.used], self.dir / "kubelet",
                                       "--argoexec", str(ARGOEXEC), *kubelet_args)

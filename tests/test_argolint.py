@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
-from test_chart_parity import _QuotedDumper, values_strategy
+from plain_yaml import MixedDumper
+from test_chart_parity import values_strategy
 
 from chart_helpers import VALUES_FILES, helm_template
 
@@ -86,7 +87,7 @@ def test_random_values_render_workflows_argo_accepts(argolint, helm, values):
 
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "values.yaml"
-        text = yaml.dump(values, Dumper=_QuotedDumper, allow_unicode=True, width=2**20, sort_keys=False)
+        text = yaml.dump(values, Dumper=MixedDumper, allow_unicode=True, width=2**20, sort_keys=False)
         path.write_text(text, encoding="utf-8")
         ours = Path(folder) / "render.yaml"
         ours.write_text(build(path), encoding="utf-8")

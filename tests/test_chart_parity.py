@@ -11,13 +11,17 @@ from pathlib import Path
 import network_strategy
 import pytest
 import yaml
+from fit_cases import fit_values
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from plain_yaml import MixedDumper
 
 from bad_cases import BAD_CASES
 from chart_helpers import REPO, VALUES_FILES, assert_same_workflow, helm_spellings, helm_template
 from torchdag.catalog import accelerator, accelerator_kinds, catalog, hccl_limit
 from torchdag.validate import BUILTIN_VOLUMES, RESERVED_ENV, quantity_value
+
+_QuotedDumper = MixedDumper  # the name other test modules import (tests/test_api_server_accepts.py)
 
 
 @pytest.mark.parametrize("values", VALUES_FILES, ids=lambda p: f"{p.parent.name}/{p.name}")
@@ -36,8 +40,7 @@ HOSTILE_PIECES = ["'", '"', ": ", " #", "#", "\n", "\r\n", "\t", "\\", "$(HOME)"
                   "\ufeff", "\u00a0", "<&>", "😀", "null", "~", "yes", "0x1F", "1e3", "=", "}}", "{", "}"]
 hostile_text = st.lists(
     st.one_of(st.sampled_from(HOSTILE_PIECES),
-              st.text(st.characters(codec="utf-8", exclude_characters="\x00"), max_size=6)),
-    max_size=6,
+              st.text(st.characters(codec="utf-8", exclude_characters="\x00"), max_size=6)), max_size=6,
 ).map("".join).filter(lambda s: "{{" not in s and not REFUSED.search(s))  # what both refuse (tests/bad_cases.py)
 hostile_nonempty = hostile_text.filter(bool)
 one_word = hostile_nonempty.map(lambda s: re.sub(r"[\t\n\v\f\r ]", "", s)).filter(bool)  # launcher.python
@@ -126,7 +129,8 @@ def nodes_strategy(draw, backend: str) -> list[dict]:
 
 # Kubernetes key and label-value syntax (the schema enforces it; values stay free text in annotations)
 qualified_name = st.from_regex(r"([a-z0-9]([-a-z0-9]{0,6}[a-z0-9])?(\.[a-z0-9]{1,4})*/)?"
-                               r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,10}[A-Za-z0-9])?", fullmatch=True)
+                               r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,10}[A-Za-z0-9])?", fullmatch=True).filter(
+    lambda key: not re.fullmatch(r"true|false|[0-9]+(\.[0-9]+)?(e[-+][0-9]+)?", key))  # refused (rule key-yaml-word)
 extended_name = st.from_regex(r"[a-z0-9]([-a-z0-9]{0,6}[a-z0-9])?(\.[a-z0-9]{1,4})*/[A-Za-z0-9]([-A-Za-z0-9_.]{0,10}"
                               r"[A-Za-z0-9])?", fullmatch=True).filter(lambda n: "kubernetes.io/" not in n
                                                                       and not n.startswith("requests."))
@@ -255,7 +259,7 @@ def values_strategy(draw) -> dict:
         scheduling["queue"] = "team-a"  # Kueue needs its LocalQueue (refusal tested in test_gang.py)
     kubernetes_valid(values)
     network_strategy.fit(values)
-    return values
+    return fit_values(values)  # ports, timeouts and restarts that can work (refusals: tests/fit_cases.py)
 
 
 def kubernetes_valid(values: dict) -> None:
@@ -282,16 +286,6 @@ def kubernetes_valid(values: dict) -> None:
                                                   for part in volume["hostPath"]["path"].split("/"))
 
 
-class _QuotedDumper(yaml.SafeDumper):
-    """Every string double-quoted: helm's YAML 1.1 reader and PyYAML then agree on what is a
-    string (unquoted `y` or `1e3` would be a bool or a float to helm), so the test compares
-    the two renderers, not two YAML parsers."""
-
-
-_QuotedDumper.add_representer(str, lambda dumper,
-                              data: dumper.represent_scalar("tag:yaml.org,2002:str", data, style='"'))
-
-
 # 200 values files in all, in shards that pytest-xdist spreads over the workers.
 @pytest.mark.parametrize("shard", range(4))
 @settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
@@ -299,7 +293,7 @@ _QuotedDumper.add_representer(str, lambda dumper,
 def test_random_valid_values_render_the_same(helm, shard, values):
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "values.yaml"
-        path.write_text(yaml.dump(values, Dumper=_QuotedDumper, allow_unicode=True, width=2**20, sort_keys=False),
+        path.write_text(yaml.dump(values, Dumper=MixedDumper, allow_unicode=True, width=2**20, sort_keys=False),
                         encoding="utf-8")
         assert_same_workflow(helm, path)
 

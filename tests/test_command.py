@@ -43,7 +43,8 @@ def test_version(capsys):
 def test_help_names_every_command(capsys):
     assert command.main(["--help"]) == 0
     out = capsys.readouterr().out
-    for line in ("torchdag render FILE [-o OUT] [--check] [-q]", "torchdag check FILE", "torchdag smoke FILE",
+    for line in ("torchdag render FILE [-f FILE]... [-o OUT] [--check] [--summary [--short]] [-q]",
+                 "torchdag check FILE", "torchdag smoke FILE",
                  "torchdag --version"):
         assert line in out
 
@@ -120,11 +121,11 @@ def test_subcommands_name_themselves_when_the_entry_point_takes_prog():
     assert seen == [(["a"], "torchdag render"), (["b"], None)]
 
 
-def test_check_passes_its_arguments_after_check(monkeypatch):
+def test_check_passes_its_arguments_to_the_check_entry(monkeypatch):
     calls = []
-    monkeypatch.setattr(cli, "main", lambda argv=None: calls.append(argv) or 0)
+    monkeypatch.setattr(cli, "check_main", lambda argv=None: calls.append(argv) or 0)
     assert command.main(["check", EXAMPLE, "-q"]) == 0
-    assert calls == [["--check", EXAMPLE, "-q"]]
+    assert calls == [[EXAMPLE, "-q"]]
 
 
 def test_smoke_delegates_to_localrun_main_untouched(monkeypatch):

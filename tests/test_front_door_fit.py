@@ -116,3 +116,64 @@ def test_the_executor_account_is_rendered_with_the_token_mounted_too(tmp_path):
     values.write_text(RBAC_BASE + "serviceAccountName: trainer\nexecutorServiceAccountName: argo-exec\n")
     spec = argo_document(build(values))["spec"]
     assert spec["executor"] == {"serviceAccountName": "argo-exec"} and "automountServiceAccountToken" not in spec
+
+
+# --- items 8 and 11: ports and timeouts ------------------------------------------------------
+
+def test_the_messages_state_the_catalogues_facts():
+    """The schema's messages write the numbers out; they must be the catalogue's."""
+    from torchdag.catalog import catalog
+    from torchdag.values import load_schema
+
+    rules = {rule.get("x-rule"): rule.get("x-message") for rule in load_schema()["allOf"]}
+    hccl, ports = catalog()["ports"]["hcclHost"], catalog()["ports"]
+    assert f"({hccl['base']}-{hccl['base'] + hccl['count'] - 1}:" in rules["port-hccl"]
+    assert f"below {ports['unprivilegedPortStart']}," in rules["port-privileged"]
+    assert f"below {catalog()['hcclExecTimeout']['step']} s" in rules["hccl-exec-timeout-short"]
+
+
+@pytest.mark.parametrize("extra", [
+    "port: 80\ncontainerSecurity: {addCapabilities: [NET_BIND_SERVICE]}\n",  # root with the capability
+    "port: 80\ncontainerSecurity: {dropAllCapabilities: false}\n",  # the runtime's default capabilities
+    "port: 80\nhostNetwork: false\n",  # the pod's own network namespace: runtimes let any user bind any port
+    "port: 1024\n",
+    "port: 60000\n",  # no Ascend node
+    "port: 60016\nnodes: [{name: a, accelerator: ascend910}]\n",
+    "port: 60005\nenv: {HCCL_IF_BASE_PORT: '61000'}\nnodes: [{name: a, accelerator: ascend910}]\n",
+    "timeouts: {processGroup: 68}\nnodes: [{name: a, accelerator: ascend910}]\n",
+    "timeouts: {processGroup: 1}\n",  # no Ascend node: no HCCL_EXEC_TIMEOUT
+    "failurePolicy: {maxRestarts: 11}\n",  # 30 s doubling: 11 restarts wait 61410 s
+    "failurePolicy: {maxRestarts: 100}\ntimeouts: {workflowDeadline: null}\n",  # no deadline
+])
+def test_what_can_work_is_accepted_alike(helm, extra, tmp_path):
+    values = tmp_path / "values.yaml"
+    text = "name: t\nimage: i\nscript: /t.py\n" + extra
+    values.write_text(text if "nodes:" in text else text + "nodes: [{name: a}]\n", encoding="utf-8")
+    assert_same_workflow(helm, values)
+
+
+def test_a_port_among_a_moved_hccl_base_is_a_warning(tmp_path, capsys):
+    values = tmp_path / "values.yaml"
+    values.write_text("name: t\nimage: i\nscript: /t.py\nport: 61015\nenv: {HCCL_IF_BASE_PORT: '61000'}\n"
+                      "nodes: [{name: a, accelerator: ascend910}]\n")
+    assert main([str(values), "--check"]) == 0
+    assert capsys.readouterr().err == (
+        f"warning: {values}: port: 61015 is among the 16 host ports HCCL takes from env HCCL_IF_BASE_PORT (61000) "
+        "on Ascend nodes; the rendezvous and HCCL may collide on the master\n")
+    values.write_text(values.read_text().replace("61015", "61016"))
+    assert main([str(values), "--check"]) == 0 and capsys.readouterr().err == ""
+
+
+def test_the_restart_message_is_the_same_in_both(helm, tmp_path, capsys):
+    values = tmp_path / "values.yaml"
+    values.write_text("name: t\nimage: i\nscript: /t.py\nnodes: [{name: a}]\n"
+                      "failurePolicy: {maxRestarts: 5, backoffSeconds: 3600}\n")
+    assert main([str(values), "--check"]) == 2
+    line = capsys.readouterr().err.strip()
+    assert line == (f"{values}: failurePolicy.maxRestarts: 5 restarts cannot all happen: Argo waits "
+                    "failurePolicy.backoffSeconds (3600 s) before the first and doubles it before each further one, "
+                    "so the waits before restart 5 alone add up to 111600 s, and Argo retries nothing past "
+                    "timeouts.workflowDeadline (86400 s); at most 4 fit: lower maxRestarts or backoffSeconds, or "
+                    "raise the deadline")
+    result = helm_template(helm, values)
+    assert result.returncode != 0 and line.split(": ", 1)[1] in result.stderr, result.stderr

@@ -209,9 +209,12 @@ def test_summary_with_output_writes_the_workflow_and_prints_the_table(tmp_path, 
 
 def test_summary_short_and_check(tmp_path, capsys):
     big = big_values(tmp_path, nodes=20)
-    assert cli.main([str(big), "--summary", "--short", "--check", "-o", str(tmp_path / "no.yaml")]) == 0
+    assert cli.main([str(big), "--summary", "--short", "--check"]) == 0
     out = capsys.readouterr().out
     assert out == BIG_SHORT_SUMMARY
+    with pytest.raises(SystemExit) as exited:  # --check writes nothing: an -o beside it is refused
+        cli.main([str(big), "--summary", "--check", "-o", str(tmp_path / "no.yaml")])
+    assert exited.value.code == 2 and "--check writes nothing" in capsys.readouterr().err
     assert not (tmp_path / "no.yaml").exists()
     with pytest.raises(SystemExit) as exited:
         cli.main([str(big), "--short"])

@@ -144,6 +144,7 @@ def test_annotations_at_their_limit_fit_every_object_argo_makes_of_them(helm, tm
         annotations=annotations_of(ANNOTATION_LIMIT),
         scheduling={"gang": gang, "queue": "q" * 63},
         failurePolicy={"maxRestarts": 100},
+        timeouts={"workflowDeadline": None},  # 100 restarts' backoff fits no deadline (rule restarts-past-deadline)
     )
     path = write(tmp_path, values)
     doc = yaml.safe_load(build(path))

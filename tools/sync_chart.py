@@ -298,8 +298,8 @@ def _any_prefix(flag: str) -> str:
 
 def generated_definitions(schema: dict) -> dict[str, dict]:
     """The schema's `$defs` that come from the catalogue and from the schema's defaults: the
-    rules they carry (env-reserved, launcher-planned-flag, resource-name-kind,
-    volume-builtin-name, null-deletes-default, pod-security-ascend-driver) are then enforced by both renderers."""
+    rules they carry (env-reserved, launcher-planned-flag, resource-name-kind, volume-builtin-name,
+    null-deletes-default, pod-security-ascend-driver, catalog.fit_definitions') are enforced by both renderers."""
     sys.path.insert(0, str(REPO))
     from torchdag import catalog
 
@@ -314,8 +314,7 @@ def generated_definitions(schema: dict) -> dict[str, dict]:
         "resourceNameKind": {"x-rule": "resource-name-kind", "enum": devices, "x-message": "takes no resource name: "
                              f"only accelerator kinds do ({', '.join(devices)}); a cpu node gets no device limit"},
         "builtinVolumeName": {"enum": catalog.builtin_volumes()},
-        "ascendKind": {"enum": [kind for kind in catalog.accelerator_kinds() if catalog.is_ascend(kind)]},
-        "nullRefused": null_refused(schema, catalog.catalog()["nullMessage"]),
+        "nullRefused": null_refused(schema, catalog.catalog()["nullMessage"]), **catalog.fit_definitions(),
     }
 
 

@@ -127,3 +127,20 @@ def is_ipv4(text: str) -> bool:
 def set_env_wrapper() -> str:
     """The bash -c script that sources CANN's set_env.sh and execs the launcher."""
     return catalog()["setEnvWrapper"]
+
+
+def fit_definitions() -> dict[str, dict]:
+    """The facts the schema rules port-privileged, port-hccl, hccl-exec-timeout-short and
+    pod-security-ascend-driver read, as `$defs` (tools/sync_chart.py writes them in): the Ascend
+    kinds, the host ports HCCL takes and the env that moves them, the ports only
+    CAP_NET_BIND_SERVICE binds on the host network, the timeouts below HCCL_EXEC_TIMEOUT's step
+    (each a positive number: what is not is the schema's own refusal)."""
+    ports = catalog()["ports"]
+    hccl = ports["hcclHost"]
+    return {
+        "ascendKind": {"enum": [kind for kind in accelerator_kinds() if is_ascend(kind)]},
+        "hcclHostPort": {"minimum": hccl["base"], "maximum": hccl["base"] + hccl["count"] - 1},
+        "hcclPortEnv": {"anyOf": [{"required": [name]} for name in hccl["env"]]},
+        "privilegedPort": {"minimum": 1, "maximum": ports["unprivilegedPortStart"] - 1},
+        "hcclExecShort": {"minimum": 1, "maximum": catalog()["hcclExecTimeout"]["step"] - 1},
+    }

@@ -12,40 +12,76 @@ from .errors import CannotWrite, run_command
 from .output import check_output, emit, write_output
 from .summary import summary_lines
 
+FILES_HELP = ("the values file, e.g. examples/cluster.yaml; - reads standard input; several are merged in order "
+              "as Helm merges its -f files (mappings key by key, lists and other values replaced)")
 
-def build_parser(prog: str = "render.py") -> argparse.ArgumentParser:
+
+def build_parser(prog: str = "render.py", check: bool = False) -> argparse.ArgumentParser:
+    """render.py's options; `check`: those of `torchdag check`, which validates only (no output
+    options: `-o` there is refused with a line saying so)."""
     parser = argparse.ArgumentParser(
         prog=prog,
-        description="Render a torchdag values file (cluster.yaml) into an Argo Workflow.",
-        epilog="Exit status: 0 ok, 2 invalid values or usage, 1 the output could not be written, "
-               "70 a bug in torchdag.",
+        description="Validate a torchdag values file (cluster.yaml) and print nothing on success." if check else
+        "Render a torchdag values file (cluster.yaml) into an Argo Workflow.",
+        epilog="Exit status: 0 ok, 2 invalid values or usage" + ("" if check else ", 1 the output could not be "
+                                                                 "written") + ", 70 a bug in torchdag.",
     )
-    parser.add_argument("values", help="the values file, e.g. examples/cluster.yaml")
-    parser.add_argument("-o", "--output", help="write the Workflow to this file (atomically) instead of stdout")
-    parser.add_argument("--check", action="store_true", help="validate only; print nothing on success")
-    parser.add_argument("--summary", action="store_true",
-                        help="print the per-node table (ranks, addresses, NICs, templates) on stdout instead of the "
-                             "Workflow; with -o, write the Workflow and print the table")
-    parser.add_argument("--short", action="store_true",
-                        help="with --summary: only the first and last rows of a large job")
+    parser.add_argument("values", nargs="*", metavar="FILE", help=FILES_HELP)
+    parser.add_argument("-f", "--values", dest="more", action="append", default=[], metavar="FILE",
+                        help="one more values file, merged over those before it (Helm's -f); repeat it for several")
+    if check:
+        parser.add_argument("-o", "--output", help=argparse.SUPPRESS)
+    else:
+        parser.add_argument("-o", "--output", help="write the Workflow to this file (atomically) instead of stdout")
+        parser.add_argument("--check", action="store_true", help="validate only; print nothing on success")
+        parser.add_argument("--summary", action="store_true",
+                            help="print the per-node table (ranks, addresses, NICs, templates) on stdout instead of "
+                                 "the Workflow; with -o, write the Workflow and print the table")
+        parser.add_argument("--short", action="store_true",
+                            help="with --summary: only the first and last rows of a large job")
     parser.add_argument("-q", "--quiet", action="store_true", help="do not print warnings")
     return parser
 
 
-def main(argv: list[str] | None = None, prog: str = "render.py") -> int:
-    """render.py, and `torchdag render`/`check` (which pass their own `prog` for messages)."""
-    parser = build_parser(prog)
+def parse(argv: list[str] | None, prog: str, check: bool = False) -> argparse.Namespace:
+    """The options, or argparse's usage error (exit 2) for what cannot go together."""
+    parser = build_parser(prog, check)
     args = parser.parse_args(argv)
+    args.files = list(args.values) + list(args.more)
+    if not args.files:
+        parser.error("the following arguments are required: values (FILE, - for standard input, or -f FILE)")
+    if args.files.count("-") > 1:
+        parser.error("standard input (-) can be read once only")
+    if check:
+        args.check, args.summary, args.short = True, False, False
+        if args.output is not None:
+            parser.error("check writes nothing, so -o has no file to write: use render FILE -o OUT to write the "
+                         "Workflow (it validates first)")
+    elif args.check and args.output is not None:
+        parser.error("--check writes nothing, so -o would write no file: drop --check to write the Workflow to "
+                     f"{args.output} (it validates first), or drop -o")
     if args.short and not args.summary:
         parser.error("--short goes with --summary")
+    return args
+
+
+def main(argv: list[str] | None = None, prog: str = "render.py") -> int:
+    """render.py, and `torchdag render` (which passes its own `prog` for messages)."""
+    args = parse(argv, prog)
+    return run_command(lambda: _render(args, prog), prog)
+
+
+def check_main(argv: list[str] | None = None, prog: str = "torchdag check") -> int:
+    """`torchdag check`: validate only."""
+    args = parse(argv, prog, check=True)
     return run_command(lambda: _render(args, prog), prog)
 
 
 def _render(args: argparse.Namespace, prog: str) -> int:
     writes = args.output is not None and not args.check
-    if writes:
-        _writing(prog, args.output, check_output, args.output, args.values)
-    rendered = pipeline.run(args.values)
+    for path in args.files if writes else []:
+        _writing(prog, args.output, check_output, args.output, path)
+    rendered = pipeline.run(args.files)
     for line in [] if args.quiet else rendered.warnings():
         print(f"warning: {line}", file=sys.stderr)
     # stdout: the table with --summary, else the Workflow unless -o or --check took it

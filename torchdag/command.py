@@ -1,7 +1,8 @@
 """The `torchdag` command (installed by `pip install .`; see pyproject.toml).
 
-    torchdag render FILE [-o OUT] [--check] [-q]   what `python render.py FILE ...` does
-    torchdag check FILE [-q]                       validate only (render --check)
+    torchdag render FILE... [-f FILE] [-o OUT] [--check] [--summary [--short]] [-q]
+                                                   what `python render.py FILE ...` does
+    torchdag check FILE... [-f FILE] [-q]          validate only (render --check)
     torchdag smoke FILE [options]                  what `python -m torchdag.localrun FILE ...` does
     torchdag --version
 
@@ -22,8 +23,8 @@ from .errors import run_command
 PROG = "torchdag"
 
 USAGE = f"""\
-usage: {PROG} render FILE [-o OUT] [--check] [-q]
-       {PROG} check FILE [-q]
+usage: {PROG} render FILE [-f FILE]... [-o OUT] [--check] [--summary [--short]] [-q]
+       {PROG} check FILE [-f FILE]... [-q]
        {PROG} smoke FILE [options]
        {PROG} --version
 """
@@ -34,10 +35,16 @@ rendered DAG as local processes.
 
 commands:
   render FILE   validate FILE and print the Workflow, or write it atomically with -o OUT;
-                --check validates only, -q silences warnings (the same as render.py)
+                --check validates only, --summary prints the per-node table instead (with
+                -o: writes the Workflow and prints the table), --short keeps its first and
+                last rows, -q silences warnings (the same as render.py)
   check FILE    validate only: nothing on stdout, one line per problem on stderr, exit 2
   smoke FILE    run the rendered DAG as local processes (needs torch in this environment;
                 see docs/smoke.md; the same as python -m torchdag.localrun)
+
+  FILE is a values file; - reads standard input; -f FILE (repeatable) adds files merged
+  over the ones before them, as helm merges its -f files (mappings key by key, lists and
+  other values replaced).
 
 options:
   -h, --help     show this help; `{PROG} COMMAND --help` shows a command's options
@@ -65,9 +72,9 @@ def _render(argv: list[str]) -> int:
 
 
 def _check(argv: list[str]) -> int:
-    from .cli import main as render_main
+    from .cli import check_main
 
-    return _call(render_main, ["--check", *argv], f"{PROG} check")
+    return _call(check_main, argv, f"{PROG} check")
 
 
 def _smoke(argv: list[str]) -> int:

@@ -14,14 +14,20 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Sequence
 
+from . import catalog
 from .plan import Plan, make_plan
 from .problems import ValuesError
 from .render import render
+from .sources import read_all
 from .validate import validate as problems_of
-from .values import Loaded, coalesce, fill_absent, read, schema_defaults
+from .values import Loaded, coalesce, fill_absent, schema_defaults
 
-load = read
+
+def load(values_paths: str | Path | Sequence[str | Path]) -> Loaded:
+    """One values file, or several merged as Helm merges its -f files (torchdag/sources.py)."""
+    return read_all([values_paths] if isinstance(values_paths, (str, Path)) else values_paths)
 
 
 def validate(loaded: Loaded) -> dict:
@@ -33,7 +39,7 @@ def validate(loaded: Loaded) -> dict:
     named = {problem.path for problem in problems}
     problems += [problem for problem in loaded.too_big if problem.path not in named]
     if problems:
-        raise ValuesError(loaded.source, problems)
+        raise ValuesError(loaded.source, problems, blame=loaded.blame)
     return fill_absent(merged)
 
 
@@ -47,18 +53,32 @@ class Rendered:
     def warnings(self) -> list[str]:
         """Advice that does not stop rendering (printed on stderr)."""
         nodes = self.values["nodes"]
+        advice = self._hccl_port_warnings()
         if self.plan.network:
-            return [f"{self.source}: nodes[{index}].address: unused on the pod network (network.mode: pod): the "
-                    "other nodes reach this node by its pod's DNS name; remove it"
-                    for index, node in enumerate(nodes) if node.get("address")]
+            return advice + [f"{self.source}: nodes[{index}].address: unused on the pod network (network.mode: pod): "
+                             "the other nodes reach this node by its pod's DNS name; remove it"
+                             for index, node in enumerate(nodes) if node.get("address")]
         if len(nodes) == 1:
-            return []
-        return [
+            return advice
+        return advice + [
             f"{self.source}: nodes[{index}].nic: not set; gloo then binds whatever the hostname resolves to "
             "(often loopback: 'connectFullMesh failed'); name the NIC or use nic: auto"
             for index, node in enumerate(nodes)
             if not node.get("nic")
         ]
+
+
+    def _hccl_port_warnings(self) -> list[str]:
+        """The port among the host ports HCCL takes from a base the job's env moved (rule
+        port-hccl refuses the default ones): a warning, as the env may also be set elsewhere."""
+        hccl = catalog.catalog()["ports"]["hcclHost"]
+        base, port = str(self.values["env"].get(hccl["env"][0], "")), self.values["port"]
+        if not (base.isdigit() and 0 <= port - int(base) < hccl["count"]):
+            return []
+        if not any(catalog.is_ascend(node.get("accelerator", "cpu")) for node in self.values["nodes"]):
+            return []
+        return [f"{self.source}: port: {port} is among the {hccl['count']} host ports HCCL takes from env "
+                f"{hccl['env'][0]} ({base}) on Ascend nodes; the rendezvous and HCCL may collide on the master"]
 
 
 def run(values_path: str | Path) -> Rendered:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Iterable, Sequence, Union
+from typing import Callable, Iterable, Sequence, Union
 
 from .errors import TorchdagError
 
@@ -43,13 +43,14 @@ class ValuesError(TorchdagError):
 
     exit_code = 2
 
-    def __init__(self, source: str, problems: Iterable[Problem]):
+    def __init__(self, source: str, problems: Iterable[Problem], blame: Callable[[tuple], str] | None = None):
         self.source = source
+        self.blame = blame  # several values files: the one each problem's field came from
         self.problems = sorted(set(problems), key=_sort_key)
         super().__init__("\n".join(self.lines()))
 
     def lines(self) -> list[str]:
-        return [p.line(self.source) for p in self.problems]
+        return [p.line(self.blame(p.path) if self.blame else self.source) for p in self.problems]
 
 
 def _sort_key(problem: Problem):

@@ -117,6 +117,26 @@ def _node_problems(values: dict) -> list[Problem]:
     return problems
 
 
+def _restart_problems(values: dict) -> list[Problem]:
+    """Rule restarts-past-deadline: Argo waits backoffSeconds before restart 1, twice that
+    before restart 2 and so on, and retries nothing past the Workflow's deadline: the waits
+    of every restart must fit in it (the attempts themselves take time too)."""
+    policy, deadline = _section(values, "failurePolicy"), _section(values, "timeouts").get("workflowDeadline")
+    restarts, step = policy.get("maxRestarts"), policy.get("backoffSeconds")
+    if not all(isinstance(number, int) and not isinstance(number, bool) for number in (restarts, step, deadline)):
+        return []  # no deadline, or what the schema refuses
+    waited = fit = 0
+    for _ in range(restarts):
+        if waited >= deadline:
+            break
+        waited, step = waited + step, step * 2
+        fit += waited < deadline
+    if fit == restarts:
+        return []
+    return [problem("restarts-past-deadline", ("failurePolicy", "maxRestarts"), restarts=restarts, fit=fit,
+                    next=fit + 1, waited=waited, deadline=deadline, backoff=policy["backoffSeconds"])]
+
+
 def _kinds(values: dict) -> list[tuple[int, str]]:
     known = set(catalog.accelerator_kinds())
     out = []
@@ -256,4 +276,4 @@ def validate(values: Any) -> list[Problem]:
     """All problems of a merged values document; an empty list means it is valid."""
     if not isinstance(values, dict):
         return schema_problems(values)
-    return schema_problems(values) + string_problems(values) + semantic_problems(values)
+    return schema_problems(values) + string_problems(values) + semantic_problems(values) + _restart_problems(values)

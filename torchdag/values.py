@@ -13,15 +13,17 @@ import copy
 import functools
 import json
 import math
+import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import yaml
 
 from . import SCHEMA_PATH
 from .problems import Problem, ValuesError
-from .yamlread import MAX_DEPTH, GraphProblem, RefusedTag, load_yaml, yaml_problem
+from .yamldocs import load_documents
+from .yamlread import MAX_DEPTH, GraphProblem, OddKey, RefusedTag, yaml_problem
 
 # The largest integer a float64 (Helm's numbers, JSON's in practice) holds with its neighbours.
 MAX_SAFE_INTEGER = 2**53 - 1
@@ -41,6 +43,7 @@ def number_problems(data: Any) -> tuple[list[Problem], list[Problem]]:
         path, value = stack.pop()
         if isinstance(value, dict):
             stack.extend((path + (key,), item) for key, item in value.items())
+            non_finite.extend(Problem(path + (str(key),), key.message) for key in value if isinstance(key, OddKey))
         elif isinstance(value, list):
             stack.extend((path + (index,), item) for index, item in enumerate(value))
         elif isinstance(value, RefusedTag):
@@ -116,11 +119,20 @@ def coalesce(user: Any, defaults: Any) -> Any:
     return merged
 
 
-def _parse(text: str, source: str) -> dict:
-    """YAML text -> a mapping, or ValuesError: the line and column of a syntax fault, a file
-    too deep or too alias-expanded to build (refused before building it), not a mapping."""
+def merge_maps(base: dict, over: dict) -> dict:
+    """Helm's merge of values files (`-f a.yaml -f b.yaml`) and of one file's YAML documents
+    (pkg/cli/values mergeMaps): mappings merge key by key, anything else in `over` replaces
+    (a list whole, and a null stays a null, which then deletes a default)."""
+    out = dict(base)
+    for key, value in over.items():
+        out[key] = merge_maps(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+    return out
+
+
+def _documents(text: str, source: str) -> list:
+    """load_documents, each error as the ValuesError of the whole file."""
     try:
-        data = load_yaml(text)
+        return load_documents(text)
     except GraphProblem as err:
         raise ValuesError(source, [Problem((), str(err))]) from None
     except yaml.YAMLError as err:
@@ -128,13 +140,30 @@ def _parse(text: str, source: str) -> dict:
     except RecursionError:  # pragma: no cover - only PyYAML's pure-Python composer recurses
         message = f"lists and mappings are nested more than {MAX_DEPTH} levels deep; the limit is {MAX_DEPTH}"
         raise ValuesError(source, [Problem((), message)]) from None
+
+
+def _parse(text: str, source: str) -> dict:
+    """YAML text -> a mapping, or ValuesError: the line and column of a syntax fault, a file
+    too deep or too alias-expanded to build (refused before building it), not a mapping.
+    Several documents are merged as Helm merges them, each of them a mapping."""
+    documents = _documents(text, source)
+    for number, document in enumerate(documents, 1):
+        if len(documents) > 1 and not isinstance(document, dict):
+            raise ValuesError(source, [Problem((), f"YAML document {number} of {len(documents)} is a "
+                                                   f"{_kind_name(document)}: Helm merges a values file's documents, "
+                                                   "so each must be a mapping of keys to values")])
+    data = functools.reduce(merge_maps, documents) if documents else None
     if data is None:
         raise ValuesError(source, [Problem((), "the file is empty; see examples/cluster.yaml")])
     if isinstance(data, RefusedTag):
         raise ValuesError(source, [Problem((), data.message)])
     if not isinstance(data, dict):
-        raise ValuesError(source, [Problem((), f"must be a mapping of keys to values, got {type(data).__name__}")])
+        raise ValuesError(source, [Problem((), f"must be a mapping of keys to values, got {_kind_name(data)}")])
     return data
+
+
+def _kind_name(value: Any) -> str:
+    return {list: "list", str: "string", bool: "boolean", int: "number", float: "number"}.get(type(value), "value")
 
 
 @dataclass(frozen=True)
@@ -144,6 +173,7 @@ class Loaded:
     values: dict  # as the file says, before the defaults
     source: str  # the file's name in messages
     too_big: list[Problem]  # integers beyond 2^53: reported with the validate phase's problems
+    blame: Callable[[tuple], str] | None = None  # several files: which one a field's problem is reported in
 
 
 def parse(text: str, source: str) -> Loaded:
@@ -162,12 +192,16 @@ def parse_values(text: str, source: str) -> dict:
     return parse(text, source).values
 
 
+STDIN = "-"  # the file name that reads standard input, as in Helm's `-f -`
+
+
 def read(path: str | Path) -> Loaded:
-    """The load phase: read and parse a values file."""
+    """The load phase: read and parse a values file (`-`: standard input, named `<stdin>`)."""
+    stdin = str(path) == STDIN
     path = Path(path)
-    source = str(path)
+    source = "<stdin>" if stdin else str(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        text = sys.stdin.buffer.read().decode("utf-8") if stdin else path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise ValuesError(source, [Problem((), "no such file")]) from None
     except IsADirectoryError:

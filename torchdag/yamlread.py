@@ -39,6 +39,41 @@ class _StrictLoader(_BaseLoader):
     resolves plain scalars the way Helm does (go-yaml v2), so both tools see the same values."""
 
 
+class OddKey(str):
+    """A mapping key that is not a string to go-yaml (`Y`, `no`, `010`, `1.5`, `~`): kept as its
+    text, with what Helm would make of it, so that the walk over the loaded data
+    (values.number_problems) refuses it naming its field."""
+
+    message: str
+
+
+def _helm_key(key: Any) -> str | None:
+    """The key sigs.k8s.io/yaml (Helm's YAML to JSON) makes of a non-string key, or None
+    where it refuses the file (a null key, a list or mapping)."""
+    if isinstance(key, bool):
+        return "true" if key else "false"
+    if isinstance(key, float) and key.is_integer() and abs(key) < 1e21:
+        return str(int(key))
+    return str(key) if isinstance(key, (int, float)) else None
+
+
+def _odd_key(key: Any, text: str) -> OddKey:
+    odd = OddKey(text)
+    helm = _helm_key(key)
+    if key is None:
+        odd.message = "an empty or null key is not a string, and Helm refuses it; write the key, or remove the line"
+    elif helm is None:
+        odd.message = "a list or mapping as a key is not a string, and Helm refuses it; keys are names"
+    elif isinstance(key, bool):
+        odd.message = (f"the key {text} is not a string but the boolean {helm} to Helm's YAML reader (y, yes, on / "
+                       f"n, no, off), which would name it '{helm}'; quote it ('{text}') for the text, or choose "
+                       "another key")
+    else:
+        odd.message = (f"the key {text} is not a string but the number {key!r} to Helm's YAML reader, which would "
+                       f"name it '{helm}'; keys are names: choose one that starts with a letter")
+    return odd
+
+
 def _construct_mapping(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = False) -> Any:
     if not isinstance(node, yaml.MappingNode):  # `!!map abc`
         return _unknown_tag(loader, node)
@@ -49,9 +84,7 @@ def _construct_mapping(loader: _StrictLoader, node: yaml.MappingNode, deep: bool
         if isinstance(key, RefusedTag):
             raise yaml.constructor.ConstructorError(None, None, f"a key: {key.message}", key_node.start_mark)
         if not isinstance(key, str):
-            raise yaml.constructor.ConstructorError(
-                None, None, f"key {key!r} is not a string; quote it", key_node.start_mark
-            )
+            key = _odd_key(key, key_node.value if isinstance(key_node, yaml.ScalarNode) else "?")
         if key in mapping:
             raise yaml.constructor.ConstructorError(
                 None, None, f"duplicate key {key!r}", key_node.start_mark
@@ -80,12 +113,10 @@ _StrictLoader.add_implicit_resolver("tag:yaml.org,2002:bool", re.compile(r"^(?:y
 _StrictLoader.add_implicit_resolver(
     _FLOAT_TAG, re.compile(r"^(?:[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"), list("-+.")
 )
+# go-yaml drops every `_` of a plain scalar that starts with a digit or a sign before it tries
+# Go's number syntax (`0_x1` is 1, `1e_3` is 1000): any such word may be a number; go_number decides.
 _StrictLoader.add_implicit_resolver(
-    _NUMBER_TAG,
-    re.compile(r"^(?:[-+]?(?:0[xX][0-9a-fA-F_]+|0[oObB][0-9_]+|[0-9_]*(?:\.[0-9_]*)?(?:[eE][-+]?[0-9_]+)?)"
-               r"|\.[0-9]+(?:[eE][-+]?[0-9]+)?)$"),
-    list("-+.0123456789"),
-)
+    _NUMBER_TAG, re.compile(r"^(?:[-+0-9][-+0-9a-zA-Z_.]*|\.[0-9]+(?:[eE][-+]?[0-9]+)?)$"), list("-+.0123456789"))
 
 _GO_FLOAT = re.compile(r"[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?")
 _DOT_FLOAT = re.compile(r"\.[0-9]+(?:[eE][-+]?[0-9]+)?")
@@ -235,6 +266,10 @@ for _name in ("str", "int", "float", "bool", "null", "timestamp"):
 for _name in ("binary", "set", "omap", "pairs"):
     _StrictLoader.add_constructor(_TAG_PREFIX + _name, _unknown_tag)
 _StrictLoader.add_constructor(None, _unknown_tag)
+# A plain `<<` anywhere but as a key is the text "<<" to go-yaml (PyYAML cannot construct it).
+_StrictLoader.add_constructor("tag:yaml.org,2002:merge",
+                              lambda loader, node: node.value if isinstance(node, yaml.ScalarNode)
+                              else _unknown_tag(loader, node))
 
 
 def _children(node: yaml.Node) -> list:
@@ -245,7 +280,7 @@ def _children(node: yaml.Node) -> list:
     return []
 
 
-def graph_problem(root: yaml.Node) -> str | None:
+def graph_problem(root: yaml.Node, used: list[int] | None = None) -> str | None:
     """What makes a composed document too big or too deep to build, or None.
 
     The graph is a DAG (an alias is the anchored node itself, shared), so each node is
@@ -253,7 +288,8 @@ def graph_problem(root: yaml.Node) -> str | None:
     written, any later one an alias. Per node: how many values it stands for with every
     alias copied out (what later phases walk) and its depth likewise; and, as go-yaml
     decodes the document, running counts of values decoded and of those decoded inside an
-    alias, for Helm's "excessive aliasing" rule. Linear in the file, no recursion.
+    alias, for Helm's "excessive aliasing" rule. Linear in the file, no recursion. `used`
+    ([values, distinct values], counted on) makes a file's documents share the limits.
     """
     sizes: dict[int, int] = {}  # values, aliases expanded
     depths: dict[int, int] = {}
@@ -305,6 +341,9 @@ def graph_problem(root: yaml.Node) -> str | None:
                 return (f"lists and mappings are nested more than {MAX_DEPTH} levels deep "
                         f"(line {node.start_mark.line + 1}); the limit is {MAX_DEPTH}")
     total = sizes[id(root)]
+    if used is not None:  # the file's documents so far, this one included
+        used[0], used[1] = used[0] + total, used[1] + distinct
+        total, distinct = used
     copies = total - distinct
     if copies > MAX_ALIAS_COPIES:
         shown = f"more than {MAX_VALUES}" if total > MAX_VALUES else str(total)
@@ -330,30 +369,22 @@ def _allowed_alias_ratio(total: int) -> float:
     return 0.99 - 0.89 * (total - low) / (high - low)
 
 
+_HINTS = {  # what a terse parser message means in a values file
+    "did not find expected <document start>": " (a document after '...' or after a directive starts with a line "
+                                              "'---'; Helm would skip it silently)",
+}
+
+
 def yaml_problem(err: yaml.YAMLError) -> str:
     if isinstance(err, yaml.MarkedYAMLError):
         if err.problem == "exceeded maximum nesting depth":  # libyaml's own limit, 1,000 levels
             return f"lists and mappings are nested more than {MAX_DEPTH} levels deep; the limit is {MAX_DEPTH}"
         mark = err.problem_mark or err.context_mark
         where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "somewhere"
-        return f"not valid YAML at {where}: {err.problem or err.context}"
+        hint = _HINTS.get(err.problem or "", "")
+        return f"not valid YAML at {where}: {err.problem or err.context}{hint}"
     return f"not valid YAML: {err}"
 
 
 class GraphProblem(Exception):
     """The composed document is too deep or too alias-expanded to build (graph_problem)."""
-
-
-def load_yaml(text: str) -> Any:
-    """yaml.load with the graph checked between composing and constructing."""
-    loader = _StrictLoader(text)
-    try:
-        node = loader.get_single_node()
-        if node is None:
-            return None
-        problem = graph_problem(node)
-        if problem:
-            raise GraphProblem(problem)
-        return loader.construct_document(node)
-    finally:
-        loader.dispose()

@@ -532,6 +532,7 @@ The catalogue as JSON; read it with `include "torchdag.catalog" . | fromJson`. *
     "node-duplicate-name": "'{name}' duplicates nodes[{first}].name; each machine is listed once",
     "node-two-masters": "more than one master: nodes[{first}] is the master already; at most one node may set master: true",
     "resources-request-over-limit": "is {request}, above its limit {limit}: Kubernetes refuses a container that requests more than its limit; lower the request or raise the limit",
+    "restarts-past-deadline": "{restarts} restarts cannot all happen: Argo waits failurePolicy.backoffSeconds ({backoff} s) before the first and doubles it before each further one, so the waits before restart {next} alone add up to {waited} s, and Argo retries nothing past timeouts.workflowDeadline ({deadline} s); at most {fit} fit: lower maxRestarts or backoffSeconds, or raise the deadline",
     "string-argo-braces": "{shown} contains '{{ "{{" }}', which Argo would read as a placeholder and cannot escape; remove it",
     "string-control": "{subject}contains a control character (DEL, U+0080-U+009F, U+FFFE or U+FFFF), which YAML cannot carry; remove it",
     "string-nul": "{subject}contains a NUL character, which no process argument or environment value can carry",
@@ -575,6 +576,17 @@ The catalogue as JSON; read it with `include "torchdag.catalog" . | fromJson`. *
     "rdzv_id",
     "standalone"
   ],
+  "ports": {
+    "hcclHost": {
+      "base": 60000,
+      "count": 16,
+      "env": [
+        "HCCL_IF_BASE_PORT",
+        "HCCL_HOST_SOCKET_PORT_RANGE"
+      ]
+    },
+    "unprivilegedPortStart": 1024
+  },
   "quantity": {
     "divide": {
       "m": 1000,

@@ -142,6 +142,9 @@ class Watch:
             break
         if answer is None:
             raise Exit(0, f"workflow {self.wf} no longer exists: nothing to stop", terminate_note=False)
+        # Argo now stops every running pod of the Workflow, this one included: its SIGTERM
+        # must not cut the PodGroup's deletion short or turn this verdict into exit 143.
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
         raise Exit(1, f"stopped workflow {self.wf}: gang not placed within {self.args.timeout:g} s"
                    + self.delete_podgroup(), terminate_note=False)
 
