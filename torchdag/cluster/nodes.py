@@ -4,7 +4,9 @@ Each Node is named by the node's `name` (the host the Workflow's node affinity a
 label kubernetes.io/hostname), carries the values' `nodeSelector` labels (so the job's pods
 fit), and offers cpu, memory, pods and its accelerator's extended resource × devices under
 the name the renderer requests (the catalogue's, or the values' `resourceNames`). It is
-created Ready and untainted: a kubelet registers its node with its status the same way. No
+created Ready, as a kubelet registers its node; admission (TaintNodesByCondition) taints
+every new Node `not-ready` until the node lifecycle controller sees it Ready and lifts the
+taint: `register` returns once every Node is untainted, i.e. schedulable. No
 kubelet heartbeats here: the node lifecycle controller marks a Node Unknown (and taints it)
 about 50 s after its last heartbeat unless the process kubelet keeps it Ready.
 """
@@ -13,15 +15,19 @@ from __future__ import annotations
 
 import datetime
 import platform
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 from ..catalog import resource_name
 from ..pipeline import valid_values
 from ..plan import make_plan
+from .up import ClusterError
 
 # What a node offers besides its accelerators: generous, so a job's own requests fit; a
 # values file states no machine sizes (change them with --cpu/--memory/--pods).
 DEFAULT_CAPACITY = {"cpu": "64", "memory": "256Gi", "pods": "110"}
+# What the node lifecycle controller (and admission, on create) puts on a Node not seen Ready.
+LIFECYCLE_TAINTS = ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")
 SHOWN = 10  # nodes listed one by one after registering; beyond that the first ones and the last
 KUBELET_VERSION = "v1.37.2"  # the control plane's release; no kubelet of it runs
 
@@ -81,6 +87,7 @@ def register(cluster, nodes: list[dict], say=print, workers: int = 16) -> None:
 
     with ThreadPoolExecutor(workers) as pool:
         list(pool.map(one, nodes))
+    _wait_untainted(cluster, {node["metadata"]["name"] for node in nodes})
     shown = nodes if len(nodes) <= SHOWN else [*nodes[:SHOWN - 1], nodes[-1]]
     for node in shown:
         if node is nodes[-1] and len(nodes) > SHOWN:
@@ -88,3 +95,20 @@ def register(cluster, nodes: list[dict], say=print, workers: int = 16) -> None:
         offered = ", ".join(f"{key}={value}" for key, value in node["status"]["allocatable"].items())
         say(f"node {node['metadata']['name']}: Ready, allocatable {offered}")
     say(f"{len(nodes)} node(s) registered")
+
+
+def _wait_untainted(cluster, names: set[str], timeout: float = 120.0) -> None:
+    """Wait until the node lifecycle controller has lifted the `not-ready` taint that admission
+    (TaintNodesByCondition) puts on every new Node (or `unreachable`, on a Node whose heartbeats
+    had stopped), as it does once it sees the Node Ready; taints of anyone else stay."""
+    deadline = time.monotonic() + timeout
+    while True:
+        listed = cluster.api("/api/v1/nodes") or {"items": []}
+        tainted = sorted(node["metadata"]["name"] for node in listed["items"] if node["metadata"]["name"] in names
+                         and any(taint["key"] in LIFECYCLE_TAINTS for taint in node["spec"].get("taints", [])))
+        if not tainted:
+            return
+        if time.monotonic() > deadline:
+            raise ClusterError(f"Nodes still tainted after {timeout:.0f}s: {', '.join(tainted[:5])}"
+                               f"{' ...' if len(tainted) > 5 else ''} (kube-controller-manager's log says why)")
+        time.sleep(0.5)
