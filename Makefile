@@ -173,8 +173,8 @@ cluster-nodes: $(RENDER_STAMP) ## register VALUES' nodes as Ready Nodes of the l
 cluster-down: $(RENDER_STAMP) ## stop the local cluster's processes and remove CLUSTER_DIR
 	$(CLUSTER) down
 
-e2e: $(VENV_STAMP) $(CLUSTER_BINS) $(WORKFLOW_CONTROLLER) $(ARGOEXEC) $(KUBECTL) ## the tests on a local cluster with Argo's real controller (docs/e2e.md)
-	TORCHDAG_E2E=1 $(PY) -m pytest -m e2e tests
+e2e: $(VENV_STAMP) $(HELM) $(CLUSTER_BINS) $(WORKFLOW_CONTROLLER) $(ARGOEXEC) $(KUBECTL) $(PODSECURITY) ## the tests on a local cluster with Argo's real controller (docs/e2e.md); make test runs them too
+	HELM=$(abspath $(HELM)) PODSECURITY=$(abspath $(PODSECURITY)) TORCHDAG_E2E=1 $(PY) -m pytest -m e2e tests
 
 setup: $(VENV_STAMP) $(HELM) ## install the venv (torch, test tools), helm and kubectl
 
@@ -235,7 +235,7 @@ test-fast: $(FAST_STAMP) $(HELM) ## every render, schema, chart and front-door t
 test: lint $(VENV_STAMP) $(HELM) $(ASCEND_STAMP) $(ARGOLINT) $(ARGOLINT_V3) $(KUBEEXPAND) $(PODSECURITY) $(COREDNS) $(CLUSTER_BINS) $(WORKFLOW_CONTROLLER) $(ARGOEXEC) $(KUBECTL) ## lint, then install everything and run the whole test suite
 	HELM=$(abspath $(HELM)) ARGOLINT=$(abspath $(ARGOLINT)) ARGOLINT_V3=$(abspath $(ARGOLINT_V3)) KUBEEXPAND=$(abspath $(KUBEEXPAND)) \
 		PODSECURITY=$(abspath $(PODSECURITY)) \
-		TORCHDAG_ASCEND_VENV_REQUIRED=1 TORCHDAG_NETNS_REQUIRED=1 TORCHDAG_E2E=1 $(PY) -m pytest -n 2 tests
+		TORCHDAG_ASCEND_VENV_REQUIRED=1 TORCHDAG_NETNS_REQUIRED=1 TORCHDAG_E2E=1 $(PY) -m pytest -n 2 --dist loadgroup tests
 
 golden: $(VENV_STAMP) ## regenerate tests/golden/ from examples/ and tests/cases/ (review the diff!)
 	$(PY) tests/golden.py --write

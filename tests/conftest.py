@@ -40,6 +40,15 @@ def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool 
     deselected = "not torch" in (config.option.markexpr or "")
     return True if deselected and _TORCH_MODULE.search(collection_path.read_text(encoding="utf-8")) else None
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # One local cluster per pytest process is a minute or two of both cores: with
+    # `--dist loadgroup` (make test) every e2e test goes to one xdist worker, so one cluster
+    # serves them all while the other worker runs everything else.
+    for item in items:
+        if item.get_closest_marker("e2e"):
+            item.add_marker(pytest.mark.xdist_group("local-cluster"))
+
+
 # ci: the examples follow from each test's own code, not from a random seed, so every run
 # (and every xdist worker) draws the same ones; a failure's blob is printed for replay.
 # explore (HYPOTHESIS_PROFILE=explore or --hypothesis-profile=explore): fresh random
