@@ -225,3 +225,15 @@ def test_on_failure_restarts_with_back_off(tmp_path, monkeypatch):
     assert any(s["containerStatuses"][0]["state"].get("waiting", {}).get("reason") == "CrashLoopBackOff"
                for s in api.statuses)
     assert counter.read_text() == "2\n"
+
+
+def test_active_deadline_fails_the_pod(tmp_path):
+    kubelet, api = make_kubelet(tmp_path)
+    p = pod(sh("main", "exec sleep 30"))
+    p["spec"]["activeDeadlineSeconds"] = 1
+    begin = time.monotonic()
+    run(kubelet, p)
+    assert time.monotonic() - begin < 5
+    final = api.statuses[-1]
+    assert (final["phase"], final["reason"]) == ("Failed", "DeadlineExceeded")
+    assert final["containerStatuses"][0]["state"]["terminated"]["exitCode"] in (137, 143)

@@ -55,6 +55,8 @@ class PodWorker:
         self.done = threading.Event()
         self.lock = threading.Lock()
         self.thread = threading.Thread(target=self._run, name=f"pod {self.key}", daemon=True)
+        active = spec.get("activeDeadlineSeconds")
+        self.deadline = time.monotonic() + float(active) if active is not None else None
 
     # -- control from the kubelet's watch threads
 
@@ -242,6 +244,11 @@ class PodWorker:
         """Until every container in states has ended for good; each change reported at once."""
         while any(s.running or s.restart_at is not None for s in states.values()):
             time.sleep(POLL)
+            if self.deadline is not None and time.monotonic() >= self.deadline and self.stop_reason is None:
+                # kubelet's activeDeadline handler: the pod fails, its containers are killed
+                self.state.reason = "DeadlineExceeded"
+                self.state.message = "Pod was active on the node longer than the specified deadline"
+                self.stop(f"spec.activeDeadlineSeconds {self.pod['spec']['activeDeadlineSeconds']} passed", 0)
             with self.lock:
                 kill = self.kill_at is not None and time.monotonic() >= self.kill_at
                 stopping = self.stop_reason is not None
