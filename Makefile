@@ -42,6 +42,8 @@ ARGOLINT_V3 := $(TOOLS)/bin/argolint-v3
 WORKFLOW_CONTROLLER := $(TOOLS)/bin/workflow-controller
 ARGOEXEC := $(TOOLS)/bin/argoexec
 KUBEEXPAND := $(TOOLS)/bin/kubeexpand
+PODSECURITY := $(TOOLS)/bin/podsecurity
+COREDNS := $(TOOLS)/bin/coredns
 ARGO_MODULE := github.com/argoproj/argo-workflows/v4
 ARGO_V4_SOURCES := tools/argo/go.mod tools/argo/go.sum $(wildcard tools/argo/cmd/*/*.go tools/argolint-report/*.go tools/argolint-report/go.*)
 ARGO_V3_SOURCES := tools/argo-v3/go.mod tools/argo-v3/go.sum $(wildcard tools/argo-v3/cmd/*/*.go tools/argolint-report/*.go tools/argolint-report/go.*)
@@ -58,10 +60,10 @@ ASCEND_VENV := .venv-ascend
 ASCEND_STAMP := $(ASCEND_VENV)/.installed
 ASCEND_REQ := requirements-ascend-test.txt
 
-.PHONY: help setup render check test test-fast golden smoke chart-sync bench lint clean ascend-venv argo-lint go-tools cluster-up cluster-nodes cluster-down
+.PHONY: help setup render check test test-fast golden smoke chart-sync bench lint clean ascend-venv argo-lint go-tools cluster-up cluster-nodes cluster-down e2e
 
 help: ## list the targets
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 14
+	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 14
 
 $(VENV_STAMP): requirements-dev.txt requirements-fast.txt requirements-render.txt
 	$(PYTHON_SYS) -m venv $(VENV)
@@ -120,10 +122,17 @@ $(WORKFLOW_CONTROLLER) $(ARGOEXEC) &: $(ARGO_V4_SOURCES) tools/argo/workflow-con
 # it) and the certificate helper, in one `go build` so the packages they share compile once.
 CLUSTER_BINS := $(addprefix $(TOOLS)/bin/,etcd kube-apiserver kube-controller-manager kube-scheduler clustercerts)
 CLUSTER_SOURCES := tools/cluster/go.mod tools/cluster/go.sum $(wildcard tools/cluster/cmd/*/*.go)
-$(CLUSTER_BINS) &: $(CLUSTER_SOURCES)
+# The release the binaries report (/version; helm checks a chart's kubeVersion against it): a
+# module build leaves Kubernetes' placeholder "v0.0.0-master", as its own build scripts would not.
+# The rule depends on this Makefile for these flags: `go build` relinks only when they changed.
+K8S_VERSION = $(shell sed -n 's|^[[:space:]]*k8s.io/kubernetes \(v[0-9.]*\).*|\1|p' tools/cluster/go.mod)
+K8S_VERSION_FLAGS = $(foreach pkg,k8s.io/component-base/version k8s.io/client-go/pkg/version,\
+	-X $(pkg).gitVersion=$(K8S_VERSION) -X $(pkg).gitMajor=$(word 1,$(subst ., ,$(K8S_VERSION:v%=%))) \
+	-X $(pkg).gitMinor=$(word 2,$(subst ., ,$(K8S_VERSION))) -X $(pkg).gitTreeState=clean)
+$(CLUSTER_BINS) &: $(CLUSTER_SOURCES) Makefile
 	$(GO_CHECK)
 	mkdir -p $(TOOLS)/bin
-	cd tools/cluster && $(GO) build -o $(abspath $(TOOLS)/bin)/ k8s.io/kubernetes/cmd/kube-apiserver \
+	cd tools/cluster && $(GO) build -ldflags "$(K8S_VERSION_FLAGS)" -o $(abspath $(TOOLS)/bin)/ k8s.io/kubernetes/cmd/kube-apiserver \
 		k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes/cmd/kube-scheduler ./cmd/etcd ./cmd/clustercerts
 	touch $(CLUSTER_BINS)  # go build leaves an up-to-date binary's time as it was
 
@@ -132,7 +141,17 @@ $(KUBEEXPAND): tools/kubeexpand/go.mod tools/kubeexpand/go.sum tools/kubeexpand/
 	$(GO_CHECK)
 	cd tools/kubeexpand && $(GO) build -o $(abspath $@) .
 
-go-tools: $(ARGOLINT) $(ARGOLINT_V3) $(WORKFLOW_CONTROLLER) $(ARGOEXEC) $(KUBEEXPAND) $(CLUSTER_BINS) ## build the Go tools into .tools/bin (cached)
+# Kubernetes' own Pod Security admission checks (k8s.io/pod-security-admission), offline.
+$(PODSECURITY): tools/podsecurity/go.mod tools/podsecurity/go.sum tools/podsecurity/main.go
+	$(GO_CHECK)
+	cd tools/podsecurity && $(GO) build -o $(abspath $@) .
+
+# A cluster DNS for the local control plane: CoreDNS with its kubernetes plugin (tests/test_network_dns.py).
+$(COREDNS): tools/coredns/go.mod tools/coredns/go.sum tools/coredns/main.go
+	$(GO_CHECK)
+	cd tools/coredns && $(GO) build -o $(abspath $@) .
+
+go-tools: $(ARGOLINT) $(ARGOLINT_V3) $(WORKFLOW_CONTROLLER) $(ARGOEXEC) $(KUBEEXPAND) $(CLUSTER_BINS) $(PODSECURITY) $(COREDNS) ## build the Go tools into .tools/bin (cached)
 
 FILES ?=
 argo-lint: $(ARGOLINT) $(ARGOLINT_V3) ## Argo's own validator (v4 and v3) on FILES="a.yaml b.yaml"
@@ -153,6 +172,9 @@ cluster-nodes: $(RENDER_STAMP) ## register VALUES' nodes as Ready Nodes of the l
 
 cluster-down: $(RENDER_STAMP) ## stop the local cluster's processes and remove CLUSTER_DIR
 	$(CLUSTER) down
+
+e2e: $(VENV_STAMP) $(CLUSTER_BINS) $(WORKFLOW_CONTROLLER) $(ARGOEXEC) $(KUBECTL) ## the tests on a local cluster with Argo's real controller (docs/e2e.md)
+	TORCHDAG_E2E=1 $(PY) -m pytest -m e2e tests
 
 setup: $(VENV_STAMP) $(HELM) ## install the venv (torch, test tools), helm and kubectl
 
@@ -210,9 +232,10 @@ $(FAST_STAMP): requirements-fast.txt requirements-render.txt
 test-fast: $(FAST_STAMP) $(HELM) ## every render, schema, chart and front-door test: no torch, no Go (a minute or two)
 	HELM=$(abspath $(HELM)) $(FAST_VENV)/bin/python -m pytest -n 2 -m "$(FAST_MARKERS)" tests
 
-test: lint $(VENV_STAMP) $(HELM) $(ASCEND_STAMP) $(ARGOLINT) $(ARGOLINT_V3) $(KUBEEXPAND) $(CLUSTER_BINS) $(WORKFLOW_CONTROLLER) $(ARGOEXEC) $(KUBECTL) ## lint, then install everything and run the whole test suite
+test: lint $(VENV_STAMP) $(HELM) $(ASCEND_STAMP) $(ARGOLINT) $(ARGOLINT_V3) $(KUBEEXPAND) $(PODSECURITY) $(COREDNS) $(CLUSTER_BINS) $(WORKFLOW_CONTROLLER) $(ARGOEXEC) $(KUBECTL) ## lint, then install everything and run the whole test suite
 	HELM=$(abspath $(HELM)) ARGOLINT=$(abspath $(ARGOLINT)) ARGOLINT_V3=$(abspath $(ARGOLINT_V3)) KUBEEXPAND=$(abspath $(KUBEEXPAND)) \
-		TORCHDAG_ASCEND_VENV_REQUIRED=1 TORCHDAG_NETNS_REQUIRED=1 $(PY) -m pytest -n 2 tests
+		PODSECURITY=$(abspath $(PODSECURITY)) \
+		TORCHDAG_ASCEND_VENV_REQUIRED=1 TORCHDAG_NETNS_REQUIRED=1 TORCHDAG_E2E=1 $(PY) -m pytest -n 2 tests
 
 golden: $(VENV_STAMP) ## regenerate tests/golden/ from examples/ and tests/cases/ (review the diff!)
 	$(PY) tests/golden.py --write

@@ -3,13 +3,14 @@
 `local_cluster` (session scope) brings one control plane with Argo's controller up for all
 the tests of a pytest process (each xdist worker has its own, in its own directory and on
 its own ports) and takes it down at the end, checking that none of its processes is left.
-It needs the binaries `make cluster-up` (or `make go-tools`) builds; without them the
-test fails and says so. Standard library and PyYAML only: every tier loads this module.
+It runs under `make test` and `make e2e` (both set TORCHDAG_E2E=1 and build the binaries
+first; elsewhere the tests skip); without the binaries the test fails and says so. Standard library and PyYAML only: every tier loads this module.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -24,6 +25,9 @@ from helpers import REPO
 BIN = REPO / ".tools" / "bin"
 CLUSTER_BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "clustercerts",
                     "workflow-controller", "argoexec", "kubectl")
+# Set by `make test` and `make e2e`: a cluster per pytest process costs a minute or two of
+# both cores, so a bare `pytest` leaves these tests out unless asked.
+E2E = "TORCHDAG_E2E"
 UP_TIMEOUT_S = 600  # a cold start on a busy two-core machine: about a minute; margin for load
 
 
@@ -74,6 +78,21 @@ class LocalCluster:
             time.sleep(every)
 
 
+WATCHDOG = """
+import os, subprocess, sys, time
+owner, directory = int(sys.argv[1]), sys.argv[2]
+def owner_alive():
+    try:
+        with open(f"/proc/{owner}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+while owner_alive():
+    time.sleep(1)
+subprocess.run([sys.executable, "-m", "torchdag.cluster", "--dir", directory, "down"], timeout=120)
+"""
+
+
 def alive(pid: int) -> bool:
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
@@ -84,15 +103,24 @@ def alive(pid: int) -> bool:
 
 @pytest.fixture(scope="session")
 def local_cluster(tmp_path_factory) -> LocalCluster:
+    if os.environ.get(E2E) != "1":
+        pytest.skip(f"the local-cluster tests run through `make e2e` ({E2E}=1)")
     missing = [name for name in CLUSTER_BINARIES if not (BIN / name).is_file()]
     if missing:
         pytest.fail(f"not built: {', '.join(missing)}: run `make cluster-up` (or `make go-tools`) first")
     cluster = LocalCluster(tmp_path_factory.mktemp("cluster"))
+    # Should this pytest process die without its teardown (killed, or its terminal gone), a
+    # watchdog of its own session takes the cluster down: five servers left running would
+    # cost a shared machine dearly.
+    watchdog = subprocess.Popen([sys.executable, "-c", WATCHDOG, str(os.getpid()), str(cluster.dir)], cwd=REPO,
+                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, start_new_session=True)
     up = cluster.command("up")
     try:
         assert up.returncode == 0, f"cluster up failed:\n{up.stdout}{up.stderr}"
         yield cluster
     finally:
+        watchdog.kill()
+        watchdog.wait()
         pids = cluster.pids()
         down = cluster.command("down", timeout=120)
         left = [f"{name} ({pid})" for name, pid in pids.items() if alive(pid)]

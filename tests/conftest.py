@@ -29,7 +29,7 @@ sys.path.insert(0, str(REPO))
 
 # The fake Kubernetes API the gang-watch tests share (its `api` fixture); the local cluster
 # of the e2e tests (its `local_cluster` fixture).
-pytest_plugins = ["gangwatch_helpers", "cluster_helpers"]
+pytest_plugins = ["gangwatch_helpers", "cluster_helpers", "e2e_helpers"]
 
 _TORCH_MODULE = re.compile(r"^pytestmark = .*\bpytest\.mark\.torch\b", re.MULTILINE)
 

@@ -18,7 +18,7 @@ from test_chart_parity import _QuotedDumper, values_strategy
 from argo_helpers import task_pods
 from torchdag.pipeline import build
 
-pytestmark = pytest.mark.go
+pytestmark = [pytest.mark.go, pytest.mark.e2e]
 
 
 def ensure(cluster, kind: str, name: str, namespace: str | None = None, **extra) -> None:

@@ -21,7 +21,7 @@ from kubelet_cluster_helpers import (
 from helpers import REPO
 from torchdag.kubelet.api import Kube
 
-pytestmark = pytest.mark.go
+pytestmark = [pytest.mark.go, pytest.mark.e2e]
 ARGOEXEC = REPO / ".tools" / "bin" / "argoexec"
 MERGE = "application/merge-patch+json"
 

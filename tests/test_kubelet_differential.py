@@ -19,7 +19,7 @@ from torchdag.kubelet.api import Kube
 from torchdag.localrun.load import load_workflow
 from torchdag.localrun.prepare import Options, _prepare_tasks, workflow_scope
 
-pytestmark = pytest.mark.go
+pytestmark = [pytest.mark.go, pytest.mark.e2e]
 MAPS = [("/code", "/srv/code"), ("/workspace", "/srv/ws")]
 NODE_NAME = "workflows.argoproj.io/node-name"
 

@@ -303,10 +303,9 @@ def generated_definitions(schema: dict) -> dict[str, dict]:
     sys.path.insert(0, str(REPO))
     from torchdag import catalog
 
-    # A planned flag in either spelling (--node-rank, --node_rank) or any prefix of it (argparse
-    # expands an unambiguous prefix of a long option: --nnode, --node-r, --master_ad,
-    # --standalon; -m and -r are options of their own), with or without `=value`; [\s\S] and
-    # a final $ read the same in Python's re and Go's RE2.
+    # A planned flag in either spelling (--node-rank, --node_rank) or any prefix of it, which argparse
+    # expands (--nnode, --master_ad; -m and -r are options of their own), with or without `=value`;
+    # [\s\S] and a final $ read the same in Python's re and Go's RE2.
     flags = "|".join(_any_prefix(flag) for flag in catalog.planned_launcher_flags())
     devices = [kind for kind in catalog.accelerator_kinds() if catalog.accelerator(kind)["resource"]]
     return {

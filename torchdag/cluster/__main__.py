@@ -8,7 +8,8 @@ import sys
 from ..errors import run_command
 from .layout import Layout
 from .nodes import DEFAULT_CAPACITY, node_objects, register
-from .up import Cluster, ClusterError
+from .procs import ports
+from .up import PORTS, Cluster, ClusterError
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -38,6 +39,7 @@ def _body(args: argparse.Namespace) -> int:
         nodes = node_objects(args.values, {key: getattr(args, key) for key in DEFAULT_CAPACITY})
         if not cluster.layout.kubeconfig.exists():
             raise ClusterError(f"no cluster at {cluster.layout.root}: run `make cluster-up` first")
+        cluster.port = ports(cluster.layout, PORTS)
         register(cluster, nodes)
     return 0
 

@@ -11,7 +11,14 @@ from .. import REPO_ROOT
 BIN = REPO_ROOT / ".tools" / "bin"
 # Argo's CRDs as its module ships them: the Makefile's workflow-controller build links the
 # module's tree here (the `full` CRDs carry the whole schema: 2-3 MB, server-side apply only).
-ARGO_CRDS = REPO_ROOT / ".tools" / "src" / "argo-workflows-v4" / "manifests" / "base" / "crds" / "full"
+ARGO_MANIFESTS = REPO_ROOT / ".tools" / "src" / "argo-workflows-v4" / "manifests"
+ARGO_CRDS = ARGO_MANIFESTS / "base" / "crds" / "full"
+# What Argo's quick-start grants the `default` ServiceAccount so the emissary executor can
+# report task results (Role `executor`: workflowtaskresults create/patch, and its binding).
+ARGO_EXECUTOR_RBAC = (ARGO_MANIFESTS / "quick-start" / "base" / "executor" / "emissary" / "executor-role.yaml",
+                      ARGO_MANIFESTS / "quick-start" / "base" / "executor-default-rolebinding.yaml")
+# The namespace that gets ARGO_EXECUTOR_RBAC: where `kubectl create -f` puts a Workflow by default.
+WORKFLOW_NAMESPACE = "default"
 # The gang schedulers' PodGroup schemas (each project's published openAPIV3Schema).
 GANG_CRDS = REPO_ROOT / "tests" / "crds"
 DEFAULT_DIR = REPO_ROOT / ".cluster"

@@ -104,21 +104,24 @@ def alive(pid: int) -> bool:
     return not _zombie(pid)
 
 
-def stop(layout: Layout, component: str, exe: Path, grace: float = 10.0) -> bool:
-    """SIGTERM the component (its whole session), SIGKILL after `grace` seconds. True if one ran."""
+def stop(layout: Layout, component: str, exe: Path, grace: float = 10.0) -> str:
+    """SIGTERM the component (its whole session), SIGKILL after `grace` seconds: "terminated",
+    "killed after {grace}s", or "" when it was not running."""
     pid = running(layout, component, exe)
     if pid is None:
-        return False
+        return ""
+    how = "terminated"
     _signal_group(pid, signal.SIGTERM)
     deadline = time.monotonic() + grace
     while alive(pid) and time.monotonic() < deadline:
         time.sleep(0.1)
     if alive(pid):
+        how = f"killed after {grace:.0f}s"
         _signal_group(pid, signal.SIGKILL)
         while alive(pid):
             time.sleep(0.05)
     layout.pid_file(component).unlink(missing_ok=True)
-    return True
+    return how
 
 
 def _signal_group(pid: int, sig: signal.Signals) -> None:

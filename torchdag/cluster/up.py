@@ -21,11 +21,24 @@ import yaml
 
 from ..errors import TorchdagError
 from . import manifests, procs
-from .layout import ARGO_CRDS, ARGO_NAMESPACE, SA_ISSUER, SERVICE_CIDR, SERVICE_IP, Layout, binary
+from .layout import (
+    ARGO_CRDS,
+    ARGO_EXECUTOR_RBAC,
+    ARGO_NAMESPACE,
+    SA_ISSUER,
+    SERVICE_CIDR,
+    SERVICE_IP,
+    WORKFLOW_NAMESPACE,
+    Layout,
+    binary,
+)
 
 COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "workflow-controller")
 PORTS = ("etcd-client", "etcd-peer", "apiserver", "controller-manager", "scheduler", "argo-healthz")
 ARGO_EXECUTOR_IMAGE = "quay.io/argoproj/argoexec:v4.0.5"  # named in pods, never pulled (no container runtime)
+# Argo v4.0.5's controller never exits on SIGTERM (util/logging/init.go's handler takes the
+# signal and does nothing else), so it gets SIGKILL; no need to wait the others' ten seconds.
+GRACE_S = {"workflow-controller": 2.0}
 WAIT_S = 240.0  # one component's start on a busy two-core machine takes up to a minute or so
 
 
@@ -54,6 +67,16 @@ def argv(layout: Layout, component: str, port: dict[str, int]) -> list[str]:
             "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", f"--secure-port={port['apiserver']}",
             f"--tls-cert-file={pki / 'apiserver.crt'}", f"--tls-private-key-file={pki / 'apiserver.key'}",
             f"--client-ca-file={pki / 'ca.crt'}",
+            # What the API server shows a kubelet's API (kubectl logs/exec, Argo's pods/exec):
+            # the process kubelet can check it against ca.crt.
+            f"--kubelet-client-certificate={pki / 'apiserver-kubelet-client.crt'}",
+            f"--kubelet-client-key={pki / 'apiserver-kubelet-client.key'}",
+            # Fills the requestheader part of kube-system/extension-apiserver-authentication, which
+            # the scheduler's and controller manager's delegated authentication read (else they log
+            # an error every 20 s); no front-proxy client certificate is ever issued.
+            f"--requestheader-client-ca-file={pki / 'ca.crt'}", "--requestheader-allowed-names=front-proxy-client",
+            "--requestheader-username-headers=X-Remote-User", "--requestheader-group-headers=X-Remote-Group",
+            "--requestheader-extra-headers-prefix=X-Remote-Extra-",
             f"--service-account-issuer={SA_ISSUER}", f"--service-account-key-file={pki / 'sa.pub'}",
             f"--service-account-signing-key-file={pki / 'sa.key'}",
             f"--service-cluster-ip-range={SERVICE_CIDR}", "--authorization-mode=Node,RBAC",
@@ -108,16 +131,28 @@ class Cluster:
             self._api_context = ctx
         return self._api_context
 
-    def api(self, path: str) -> dict | None:
-        """GET from the API server as admin; None when the object does not exist (404)."""
+    def api(self, path: str, method: str = "GET", body: dict | None = None,
+            content_type: str = "application/json") -> dict | None:
+        """One request to the API server as admin: the answer; None when the object does not exist (404)."""
         url = f"https://127.0.0.1:{self.port['apiserver']}{path}"
+        data = json.dumps(body).encode() if body is not None else None
+        request = urllib.request.Request(url, data=data, method=method, headers={"Content-Type": content_type})
         try:
-            with urllib.request.urlopen(url, context=self.api_context(), timeout=10) as answer:
+            with urllib.request.urlopen(request, context=self.api_context(), timeout=30) as answer:
                 return json.loads(answer.read())
         except urllib.error.HTTPError as err:
-            if err.code == 404:
+            if err.code == 404 and method == "GET":
                 return None
-            raise
+            try:
+                reason = json.loads(err.read()).get("message", "")
+            except ValueError:
+                reason = ""
+            raise ClusterError(f"{method} {path.split('?')[0]}: {err.code} {reason or err.reason}") from None
+
+    def apply(self, path: str, body: dict) -> dict | None:
+        """Server-side apply (as `kubectl apply --server-side --force-conflicts`) of one object."""
+        return self.api(f"{path}?fieldManager=torchdag-cluster&force=true", "PATCH", body,
+                        "application/apply-patch+yaml")  # JSON is YAML
 
     def kubectl(self, *args: str, stdin: str | None = None) -> str:
         cmd = [str(binary("kubectl")), f"--kubeconfig={self.layout.kubeconfig}", *args]
@@ -192,6 +227,9 @@ class Cluster:
         argo = sorted(ARGO_CRDS.glob("argoproj.io_*.yaml"))
         files = [arg for path in (*argo, extra) for arg in ("-f", str(path))]
         self.kubectl("apply", "--server-side", "--force-conflicts", "--field-manager=torchdag-cluster", *files)
+        rbac = [arg for path in ARGO_EXECUTOR_RBAC for arg in ("-f", str(path))]
+        self.kubectl("apply", "--server-side", "--force-conflicts", "--field-manager=torchdag-cluster",
+                     f"--namespace={WORKFLOW_NAMESPACE}", *rbac)
         names = [yaml.safe_load(path.read_text())["metadata"]["name"] for path in argo]
         names += [crd["metadata"]["name"] for crd in objects if crd["kind"] == "CustomResourceDefinition"]
         for name in names:
@@ -228,7 +266,11 @@ class Cluster:
                 f"logs {self.layout.logs}/")
 
     def down(self, say=print) -> None:
-        stopped = [name for name in reversed(COMPONENTS) if procs.stop(self.layout, name, binary(name))]
+        stopped = []
+        for name in reversed(COMPONENTS):
+            how = procs.stop(self.layout, name, binary(name), grace=GRACE_S.get(name, 10.0))
+            if how:
+                stopped.append(name if how == "terminated" else f"{name} ({how})")
         if self.layout.root.exists():
             shutil.rmtree(self.layout.root, ignore_errors=True)
         say(f"stopped {', '.join(stopped) or 'nothing (none was running)'}; removed {self.layout.root}")

@@ -5,6 +5,7 @@
 //	apiserver.crt, .key         kube-apiserver's serving certificate: 127.0.0.1, localhost
 //	                            and the names in-cluster clients use for the API server
 //	admin.crt, admin.key        a client certificate in group system:masters (kubeconfig)
+//	apiserver-kubelet-client.*  what kube-apiserver shows a kubelet (logs, exec, port-forward)
 //	sa.key, sa.pub              the service-account token signing key pair
 //
 // Existing files are kept: a running cluster's credentials never change under it.
@@ -83,6 +84,10 @@ func write(dir string, serviceIP net.IP) error {
 			IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback, serviceIP},
 			DNSNames: []string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc",
 				"kubernetes.default.svc.cluster.local"},
+		}},
+		{"apiserver-kubelet-client", x509.Certificate{
+			Subject:     pkix.Name{CommonName: "kube-apiserver-kubelet-client", Organization: []string{"system:masters"}},
+			ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
 		}},
 		{"admin", x509.Certificate{
 			Subject:     pkix.Name{CommonName: "torchdag-admin", Organization: []string{"system:masters"}},

@@ -1,0 +1,78 @@
+"""Rendered CPU jobs under the real Argo controller (issue 17, points 1 and 2): the real
+scheduler binds each pod to its pinned host, the process kubelet runs real torchrun jobs,
+and the Workflow ends as Argo decides."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+from e2e_helpers import checkpoint_nodes, pinned_host, rank_of
+
+pytestmark = [pytest.mark.go, pytest.mark.torch, pytest.mark.e2e]
+
+
+@pytest.mark.parametrize("devices", [[1, 2], [2, 1, 1]], ids=["2-nodes", "3-nodes-uneven"])
+def test_a_cpu_job_succeeds_with_every_rank_on_its_pinned_host(job, devices):
+    """The master is listed last: rank 0 is whichever node says `master: true`."""
+    nodes = [{"address": f"198.18.7.{i + 1}", "nic": "eth7", "devices": n} for i, n in enumerate(devices)]
+    nodes[-1]["master"] = True
+    metrics = job.dir / "metrics.json"
+    values = job.values(nodes, ["--type", "example", "--max-steps", "30", "--log-every", "10",
+                                "--checkpoint-dir", str(job.dir / "ckpt-{node_rank}"),
+                                "--checkpoint-storage", "node-local", "--metrics-file", str(metrics)])
+    job.start(values)
+    name = job.submit(job.render(values))
+    wf = job.wait_finished(name, timeout=300)
+    assert wf["status"]["phase"] == "Succeeded", job.explain(name)
+    pods = {rank_of(pod): pod for pod in job.pods(name) if rank_of(pod) is not None}
+    assert sorted(pods) == list(range(len(devices)))
+    master_host = job.hosts[len(devices) - 1]
+    for rank, pod in pods.items():
+        # The scheduler bound the pod to the host its affinity pins, and the host of rank r
+        # is the r-th node in rank order (the master first, then the others as listed).
+        assert pod["spec"]["nodeName"] == pinned_host(pod)
+        expected = master_host if rank == 0 else [h for h in job.hosts[:len(devices)] if h != master_host][rank - 1]
+        assert pod["spec"]["nodeName"] == expected
+        # GROUP_RANK of the node's torchrun is the pod's node rank: its checkpoint says so.
+        assert checkpoint_nodes(job.log(pod)) == {rank}, job.log(pod)[-2000:]
+        assert pod["status"]["phase"] == "Succeeded"
+    result = json.loads(metrics.read_text())
+    assert result["world_size"] == sum(devices) and result["steps"] == 30 and result["backend"] == "gloo"
+    assert re.search(rf"^\[trainer\] training: world_size {sum(devices)}, backend gloo", job.log(pods[0]), re.M)
+
+
+def test_a_deleted_pod_restarts_the_whole_job_which_resumes_from_its_checkpoint(job):
+    """failurePolicy.maxRestarts: deleting one node's pod after the first checkpoint makes
+    Argo run the DAG's second attempt; every node resumes from the checkpoint and the job
+    ends Succeeded at the exact step count."""
+    nodes = [{"address": "198.18.8.1", "nic": "eth8", "devices": 1, "master": True},
+             {"address": "198.18.8.2", "nic": "eth8", "devices": 1}]
+    metrics = job.dir / "metrics.json"
+    values = job.values(nodes, ["--type", "example", "--max-steps", "3000", "--log-every", "500", "--hidden", "400",
+                                "--checkpoint-dir", str(job.dir / "ckpt"), "--checkpoint-every", "100",
+                                "--metrics-file", str(metrics)],
+                        extra="failurePolicy: {maxRestarts: 2, backoffSeconds: 1}\n")
+    job.start(values)
+    name = job.submit(job.render(values))
+
+    def first_checkpoint():
+        pods = {rank_of(p): p for p in job.pods(name)}
+        return pods if 0 in pods and "[trainer] checkpoint " in job.log(pods[0]) else None
+
+    pods = job.cluster.wait_for("the first checkpoint", first_checkpoint, timeout=240, every=0.5)
+    assert job.workflow(name)["status"]["phase"] == "Running", "the job ended before a pod could be deleted"
+    job.cluster.kubectl("delete", "pod", "-n", job.namespace, pods[1]["metadata"]["name"], "--wait=false")
+    wf = job.wait_finished(name, timeout=600)
+    assert wf["status"]["phase"] == "Succeeded", job.explain(name)
+    attempts = {n["name"] for n in wf["status"]["nodes"].values() if n["type"] == "DAG"}
+    assert attempts == {f"{name}(0)", f"{name}(1)"}, attempts
+    result = json.loads(metrics.read_text())
+    assert result["restart"] == 1 and result["steps"] == 3000, result
+    # From the newest checkpoint: every 100 steps, or the step the ranks agreed on when the
+    # deleted pod's SIGTERM reached them (the trainer saves on a stop signal).
+    assert result["resumed_from_step"] >= 100, result
+    second = [p for p in job.pods(name) if rank_of(p) == 0 and f"{name}(1)." in
+              p["metadata"]["annotations"]["workflows.argoproj.io/node-name"]]
+    assert second and re.search(r"^\[trainer\] resumed from checkpoint .* at step \d+$", job.log(second[0]), re.M)
