@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..localrun.prepare import process_env
-from ..localrun.procs import MARKER_ENV, ProcessTree
+from ..localrun.procs import MARKER_ENV, ProcessTree, process_table
 from .sandbox import SA_PATH, Sandbox, wrap
 from .status import WAIT_NOT_RUN, ContainerState, PodState, exit_code_of, termination_message
 from .translate import ContainerRun, PodError, plan_pod
@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from .kubelet import Kubelet
 
 POLL = 0.2
+TREE_EVERY = 5  # polls between two looks at the container's process tree
 BACKOFF_FIRST, BACKOFF_MAX = 10.0, 300.0  # kubelet's container restart back-off
 TOKEN_SECONDS = 86400
 
@@ -242,8 +243,13 @@ class PodWorker:
 
     def _wait(self, states: dict[str, ContainerState]) -> None:
         """Until every container in states has ended for good; each change reported at once."""
+        polls = 0
         while any(s.running or s.restart_at is not None for s in states.values()):
             time.sleep(POLL)
+            polls += 1
+            # The process table once a second, shared by the containers: a scan of /proc is
+            # not free on a small machine, and signals look up the tree afresh anyway.
+            table = process_table() if polls % TREE_EVERY == 0 else None
             if self.deadline is not None and time.monotonic() >= self.deadline and self.stop_reason is None:
                 # kubelet's activeDeadline handler: the pod fails, its containers are killed
                 self.state.reason = "DeadlineExceeded"
@@ -266,8 +272,9 @@ class PodWorker:
                 if not state.running:
                     continue
                 popen, tree = self.popens[name], self.trees[name]
-                tree.refresh()
-                if kill and tree.alive():
+                if table is not None:
+                    tree.refresh(table)
+                if kill and tree.alive(table):
                     tree.signal(signal.SIGKILL)
                 if popen.poll() is None:
                     continue
