@@ -28,6 +28,7 @@ class NodeKeeper:
         self.say = say
         self.pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="heartbeat")
         self.info: dict[str, dict] = {}  # node -> its object as last read
+        self.failing: set[str] = set()
         self._stop = threading.Event()
 
     def address(self, node: str) -> str:
@@ -97,10 +98,16 @@ class NodeKeeper:
                 if status:
                     self.post_status(node)
                 self.renew_lease(node)
-                return True
-            except Exception as err:  # noqa: BLE001 -- said, and tried again next round
-                self.say(f"node {node}: heartbeat failed: {str(err).splitlines()[0]}")
+            except Exception as err:  # noqa: BLE001 -- said once, and tried again every round
+                if node not in self.failing:
+                    self.failing.add(node)
+                    self.say(f"node {node}: heartbeat failed: {str(err).splitlines()[0]} (said once; "
+                             "tried again every round)")
                 return False
+            if node in self.failing:
+                self.failing.discard(node)
+                self.say(f"node {node}: heartbeats go through again")
+            return True
         return sum(1 for ok in self.pool.map(one, list(self.nodes)) if not ok)
 
     def run(self) -> None:
