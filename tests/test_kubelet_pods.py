@@ -237,3 +237,37 @@ def test_active_deadline_fails_the_pod(tmp_path):
     final = api.statuses[-1]
     assert (final["phase"], final["reason"]) == ("Failed", "DeadlineExceeded")
     assert final["containerStatuses"][0]["state"]["terminated"]["exitCode"] in (137, 143)
+
+
+def test_heartbeats_post_ready_renew_leases_and_say_failures_once():
+    from kubernetes.client.exceptions import ApiException
+
+    from torchdag.kubelet.nodes import NodeKeeper
+
+    class LeaseApi:
+        def __init__(self):
+            self.calls, self.down = [], False
+
+        def request(self, method, path, body=None, content_type=None, **kw):
+            if self.down:
+                raise ApiException(status=503, reason="unavailable")
+            self.calls.append((method, path, body))
+            if method == "PATCH" and "/leases/" in path and not any(m == "POST" for m, _, _ in self.calls):
+                raise ApiException(status=404, reason="not found")
+            return {"status": {"conditions": body["status"]["conditions"]}} if path.endswith("/status") else {}
+
+    api, said = LeaseApi(), []
+    keeper = NodeKeeper(api, ["n1"], say=said.append)
+    assert keeper.beat_all(status=True) == 0
+    methods = [(m, p.rsplit("/", 2)[-2:]) for m, p, _ in api.calls]
+    assert methods == [("PATCH", ["n1", "status"]), ("PATCH", ["leases", "n1"]),
+                       ("POST", ["kube-node-lease", "leases"])]
+    ready = next(c for c in api.calls[0][2]["status"]["conditions"] if c["type"] == "Ready")
+    assert ready["status"] == "True" and ready["lastHeartbeatTime"]
+    api.down = True
+    assert keeper.beat_all(status=False) == 1 and keeper.beat_all(status=False) == 1
+    assert len(said) == 1 and "heartbeat failed" in said[0]
+    api.down = False
+    keeper.beat_all(status=False)
+    assert said[-1] == "node n1: heartbeats go through again"
+    keeper.stop()
