@@ -4,7 +4,8 @@
 the tests of a pytest process (each xdist worker has its own, in its own directory and on
 its own ports) and takes it down at the end, checking that none of its processes is left.
 It runs under `make test` and `make e2e` (both set TORCHDAG_E2E=1 and build the binaries
-first; elsewhere the tests skip); without the binaries the test fails and says so. Standard library and PyYAML only: every tier loads this module.
+first; elsewhere the tests skip); without the binaries the test fails and says so.
+Standard library and PyYAML only: every tier loads this module.
 """
 
 from __future__ import annotations
