@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import io
+import os
 import time
 
 import pytest
@@ -13,7 +14,7 @@ import pytest
 from torchdag.kubelet import pods as pods_module
 from torchdag.kubelet.kubelet import Kubelet
 from torchdag.kubelet.pods import PodWorker
-from torchdag.kubelet.sandbox import Sandbox, can_mount, wrap
+from torchdag.kubelet.sandbox import MEMORY_ROOT, Sandbox, can_mount, wrap
 from torchdag.kubelet.status import ContainerState, PodState, exit_code_of, termination_message
 from torchdag.kubelet.workflows import stop_reason
 from torchdag.localrun.prepare import Options
@@ -271,3 +272,14 @@ def test_heartbeats_post_ready_renew_leases_and_say_failures_once():
     keeper.beat_all(status=False)
     assert said[-1] == "node n1: heartbeats go through again"
     keeper.stop()
+
+
+@root_only
+def test_memory_empty_dir_is_the_pods_own_and_released(tmp_path):
+    kubelet, api = make_kubelet(tmp_path)
+    volumes = [{"name": "dshm", "emptyDir": {"medium": "Memory"}}]
+    mounts = [{"name": "dshm", "mountPath": "/dev/shm"}]
+    run(kubelet, pod(sh("main", "echo x > /dev/shm/mine; ls /dev/shm", volumeMounts=mounts), volumes=volumes))
+    assert (tmp_path / "logs/team/p1/main.log").read_text() == "mine\n", "the pod sees its own /dev/shm"
+    assert not os.path.exists("/dev/shm/mine")
+    assert not (MEMORY_ROOT / "team" / "p1-uid-p1-0").exists(), "released when the pod's processes end"

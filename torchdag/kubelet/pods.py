@@ -93,6 +93,8 @@ class PodWorker:
         except Exception as err:  # noqa: BLE001 -- one pod's trouble must not stop the others
             self.k.say(f"{self.key}: kubelet error: {err!r}")
         finally:
+            if getattr(self, "sandbox", None) is not None:
+                self.sandbox.release_memory()
             self.done.set()
             self.k.pod_done(self)
 
