@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import io
+import os
 import time
 
 import pytest
@@ -13,7 +14,7 @@ import pytest
 from torchdag.kubelet import pods as pods_module
 from torchdag.kubelet.kubelet import Kubelet
 from torchdag.kubelet.pods import PodWorker
-from torchdag.kubelet.sandbox import Sandbox, can_mount, wrap
+from torchdag.kubelet.sandbox import MEMORY_ROOT, Sandbox, can_mount, wrap
 from torchdag.kubelet.status import ContainerState, PodState, exit_code_of, termination_message
 from torchdag.kubelet.workflows import stop_reason
 from torchdag.localrun.prepare import Options
@@ -225,3 +226,60 @@ def test_on_failure_restarts_with_back_off(tmp_path, monkeypatch):
     assert any(s["containerStatuses"][0]["state"].get("waiting", {}).get("reason") == "CrashLoopBackOff"
                for s in api.statuses)
     assert counter.read_text() == "2\n"
+
+
+def test_active_deadline_fails_the_pod(tmp_path):
+    kubelet, api = make_kubelet(tmp_path)
+    p = pod(sh("main", "exec sleep 30"))
+    p["spec"]["activeDeadlineSeconds"] = 1
+    begin = time.monotonic()
+    run(kubelet, p)
+    assert time.monotonic() - begin < 5
+    final = api.statuses[-1]
+    assert (final["phase"], final["reason"]) == ("Failed", "DeadlineExceeded")
+    assert final["containerStatuses"][0]["state"]["terminated"]["exitCode"] in (137, 143)
+
+
+def test_heartbeats_post_ready_renew_leases_and_say_failures_once():
+    from kubernetes.client.exceptions import ApiException
+
+    from torchdag.kubelet.nodes import NodeKeeper
+
+    class LeaseApi:
+        def __init__(self):
+            self.calls, self.down = [], False
+
+        def request(self, method, path, body=None, content_type=None, **kw):
+            if self.down:
+                raise ApiException(status=503, reason="unavailable")
+            self.calls.append((method, path, body))
+            if method == "PATCH" and "/leases/" in path and not any(m == "POST" for m, _, _ in self.calls):
+                raise ApiException(status=404, reason="not found")
+            return {"status": {"conditions": body["status"]["conditions"]}} if path.endswith("/status") else {}
+
+    api, said = LeaseApi(), []
+    keeper = NodeKeeper(api, ["n1"], say=said.append)
+    assert keeper.beat_all(status=True) == 0
+    methods = [(m, p.rsplit("/", 2)[-2:]) for m, p, _ in api.calls]
+    assert methods == [("PATCH", ["n1", "status"]), ("PATCH", ["leases", "n1"]),
+                       ("POST", ["kube-node-lease", "leases"])]
+    ready = next(c for c in api.calls[0][2]["status"]["conditions"] if c["type"] == "Ready")
+    assert ready["status"] == "True" and ready["lastHeartbeatTime"]
+    api.down = True
+    assert keeper.beat_all(status=False) == 1 and keeper.beat_all(status=False) == 1
+    assert len(said) == 1 and "heartbeat failed" in said[0]
+    api.down = False
+    keeper.beat_all(status=False)
+    assert said[-1] == "node n1: heartbeats go through again"
+    keeper.stop()
+
+
+@root_only
+def test_memory_empty_dir_is_the_pods_own_and_released(tmp_path):
+    kubelet, api = make_kubelet(tmp_path)
+    volumes = [{"name": "dshm", "emptyDir": {"medium": "Memory"}}]
+    mounts = [{"name": "dshm", "mountPath": "/dev/shm"}]
+    run(kubelet, pod(sh("main", "echo x > /dev/shm/mine; ls /dev/shm", volumeMounts=mounts), volumes=volumes))
+    assert (tmp_path / "logs/team/p1/main.log").read_text() == "mine\n", "the pod sees its own /dev/shm"
+    assert not os.path.exists("/dev/shm/mine")
+    assert not (MEMORY_ROOT / "team" / "p1-uid-p1-0").exists(), "released when the pod's processes end"

@@ -6,6 +6,7 @@ import argparse
 import signal
 import sys
 import threading
+import time
 from pathlib import Path
 
 from ..localrun.cli import _parse_map
@@ -96,7 +97,10 @@ def main(argv: list[str] | None = None) -> int:
             f"Argo's wait sidecar: {args.wait}",
             f"argoexec: {argoexec or 'not built (argoexec pods fail to start)'}",
             "per-pod mounts (unshare --mount)" if can_mount() else "not root: no per-pod mounts"]))
-    kubelet.keeper.beat_all(status=True)
+    begin = time.monotonic()
+    failed = kubelet.keeper.beat_all(status=True)
+    say(f"first heartbeat round (Ready status and Lease of {len(nodes)} node(s)): {time.monotonic() - begin:.1f} s"
+        f"{f', {failed} failed' if failed else ''}")
     threads = [threading.Thread(target=kubelet.keeper.run, name="heartbeats", daemon=True),
                threading.Thread(target=kubelet.watch_pods, name="pod watch", daemon=True)]
     if args.selector:

@@ -1,8 +1,9 @@
-"""Keeps our Nodes Ready, as a kubelet's two heartbeats do: the Ready condition in the
-Node's status and a Lease in kube-node-lease, renewed every `lease_every` seconds
-(kubelet: 10 s of a 40 s lease). The node-lifecycle controller taints a Node whose lease
+"""Keeps our Nodes Ready, as a kubelet's two heartbeats do: a Lease in kube-node-lease
+renewed every `lease_every` seconds (kubelet: 10 s of a 40 s lease) and the Ready condition
+in the Node's status, posted at start and every `status_every` seconds (kubelet reports an
+unchanged status every 5 minutes). The node-lifecycle controller taints a Node whose lease
 and status both go stale for --node-monitor-grace-period (50 s by default); with many
-Nodes the renewals are spread over the interval and made by a few threads."""
+Nodes the renewals are made by a few threads."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ LEASE_SECONDS = 40
 
 
 class NodeKeeper:
-    def __init__(self, api: Kube, nodes: list[str], *, lease_every: float = 10.0, status_every: float = 60.0,
+    def __init__(self, api: Kube, nodes: list[str], *, lease_every: float = 10.0, status_every: float = 300.0,
                  workers: int = 4, say=print):
         self.api = api
         self.nodes = list(nodes)
@@ -28,6 +29,7 @@ class NodeKeeper:
         self.say = say
         self.pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="heartbeat")
         self.info: dict[str, dict] = {}  # node -> its object as last read
+        self.failing: set[str] = set()
         self._stop = threading.Event()
 
     def address(self, node: str) -> str:
@@ -97,10 +99,16 @@ class NodeKeeper:
                 if status:
                     self.post_status(node)
                 self.renew_lease(node)
-                return True
-            except Exception as err:  # noqa: BLE001 -- said, and tried again next round
-                self.say(f"node {node}: heartbeat failed: {str(err).splitlines()[0]}")
+            except Exception as err:  # noqa: BLE001 -- said once, and tried again every round
+                if node not in self.failing:
+                    self.failing.add(node)
+                    self.say(f"node {node}: heartbeat failed: {str(err).splitlines()[0]} (said once; "
+                             "tried again every round)")
                 return False
+            if node in self.failing:
+                self.failing.discard(node)
+                self.say(f"node {node}: heartbeats go through again")
+            return True
         return sum(1 for ok in self.pool.map(one, list(self.nodes)) if not ok)
 
     def run(self) -> None:

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..localrun.prepare import process_env
-from ..localrun.procs import MARKER_ENV, ProcessTree
+from ..localrun.procs import MARKER_ENV, ProcessTree, process_table
 from .sandbox import SA_PATH, Sandbox, wrap
 from .status import WAIT_NOT_RUN, ContainerState, PodState, exit_code_of, termination_message
 from .translate import ContainerRun, PodError, plan_pod
@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from .kubelet import Kubelet
 
 POLL = 0.2
+TREE_EVERY = 5  # polls between two looks at the container's process tree
 BACKOFF_FIRST, BACKOFF_MAX = 10.0, 300.0  # kubelet's container restart back-off
 TOKEN_SECONDS = 86400
 
@@ -55,6 +56,8 @@ class PodWorker:
         self.done = threading.Event()
         self.lock = threading.Lock()
         self.thread = threading.Thread(target=self._run, name=f"pod {self.key}", daemon=True)
+        active = spec.get("activeDeadlineSeconds")
+        self.deadline = time.monotonic() + float(active) if active is not None else None
 
     # -- control from the kubelet's watch threads
 
@@ -90,6 +93,8 @@ class PodWorker:
         except Exception as err:  # noqa: BLE001 -- one pod's trouble must not stop the others
             self.k.say(f"{self.key}: kubelet error: {err!r}")
         finally:
+            if getattr(self, "sandbox", None) is not None:
+                self.sandbox.release_memory()
             self.done.set()
             self.k.pod_done(self)
 
@@ -240,8 +245,18 @@ class PodWorker:
 
     def _wait(self, states: dict[str, ContainerState]) -> None:
         """Until every container in states has ended for good; each change reported at once."""
+        polls = 0
         while any(s.running or s.restart_at is not None for s in states.values()):
             time.sleep(POLL)
+            polls += 1
+            # The process table once a second, shared by the containers: a scan of /proc is
+            # not free on a small machine, and signals look up the tree afresh anyway.
+            table = process_table() if polls % TREE_EVERY == 0 else None
+            if self.deadline is not None and time.monotonic() >= self.deadline and self.stop_reason is None:
+                # kubelet's activeDeadline handler: the pod fails, its containers are killed
+                self.state.reason = "DeadlineExceeded"
+                self.state.message = "Pod was active on the node longer than the specified deadline"
+                self.stop(f"spec.activeDeadlineSeconds {self.pod['spec']['activeDeadlineSeconds']} passed", 0)
             with self.lock:
                 kill = self.kill_at is not None and time.monotonic() >= self.kill_at
                 stopping = self.stop_reason is not None
@@ -259,8 +274,9 @@ class PodWorker:
                 if not state.running:
                     continue
                 popen, tree = self.popens[name], self.trees[name]
-                tree.refresh()
-                if kill and tree.alive():
+                if table is not None:
+                    tree.refresh(table)
+                if kill and tree.alive(table):
                     tree.signal(signal.SIGKILL)
                 if popen.poll() is None:
                     continue

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 SA_PATH = "/var/run/secrets/kubernetes.io/serviceaccount"
+MEMORY_ROOT = Path("/dev/shm/torchdag-kubelet")  # emptyDir medium: Memory
 CREATABLE = ("/var/run/", "/run/", "/dev/")
 MOUNT_SCRIPT = 'while [ "$1" != -- ]; do mount --bind "$1" "$2" || exit 126; shift 2; done; shift; exec "$@"'
 
@@ -38,6 +39,18 @@ class Sandbox:
         root = state_dir / "pods" / meta.get("namespace", "default") / f"{meta['name']}-{meta.get('uid', '')[:8]}"
         root.mkdir(parents=True, exist_ok=True)
         return cls(root) if mounts_allowed is None else cls(root, mounts_allowed)
+
+    def memory_dir(self) -> Path:
+        return MEMORY_ROOT / self.root.parent.name / self.root.name
+
+    def release_memory(self) -> None:
+        """The pod's memory-backed volumes go with the pod (their files hold RAM)."""
+        shutil.rmtree(self.memory_dir(), ignore_errors=True)
+        for folder in (self.memory_dir().parent, MEMORY_ROOT):
+            try:
+                folder.rmdir()  # only when empty
+            except OSError:
+                pass
 
     def volume_dir(self, name: str) -> Path:
         path = self.root / "volumes" / name
@@ -74,7 +87,7 @@ class Sandbox:
         if "emptyDir" in volume:
             if (volume["emptyDir"] or {}).get("medium") == "Memory" and os.path.isdir("/dev/shm"):
                 # tmpfs, as kubelet gives medium: Memory (/dev/shm holds torch's shared memory)
-                path = Path("/dev/shm/torchdag-kubelet") / self.root.parent.name / self.root.name / name
+                path = self.memory_dir() / name
                 path.mkdir(parents=True, exist_ok=True)
                 return path
             return self.volume_dir(name)
