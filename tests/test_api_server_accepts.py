@@ -73,3 +73,14 @@ def test_what_torchdag_accepts_the_api_server_accepts(local_cluster, values):
             refused.append(f"pod of {task}: {problem}")
     assert not refused, ("torchdag accepted values the API server refuses:\n" + "\n".join(refused)
                          + "\n--- values:\n" + given_text[:4000])
+
+
+def test_the_full_crds_refuse_a_dag_of_201_tasks_as_render_py_warns(local_cluster, tmp_path):
+    """The local cluster installs Argo's full CRDs: 200 node tasks are taken, 201 refused."""
+    from test_render_size import big_values
+
+    for n, taken in ((200, True), (201, False)):
+        document = next(d for d in yaml.safe_load_all(build(big_values(tmp_path / "v.yaml", n))) if d)
+        problem = dry_run(local_cluster, document, "default")
+        assert (problem is None) == taken, problem
+    assert "spec.templates[0].dag.tasks: Too many: 201: must have at most 200 items" in problem

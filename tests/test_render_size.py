@@ -77,3 +77,17 @@ def test_the_status_budget_covers_the_modelled_status():
     for n, attempts in ((64, 1), (512, 2)):
         pods = n + 2  # the training pods and the gang's two
         assert compressed_status(n, attempts) <= attempts * (budget["perAttempt"] + budget["perPod"] * pods)
+
+
+def test_more_dag_tasks_than_argos_full_crds_take_is_warned(tmp_path):
+    """Argo v4.0.5's full CRDs cap a DAG at 200 tasks; the minimal ones do not: a warning,
+    held against the real API server in tests/test_api_server_accepts.py."""
+    from torchdag.pipeline import run
+
+    for n, warned in ((200, False), (201, True)):
+        rendered = run(big_values(tmp_path / "v.yaml", n))
+        lines = [w for w in rendered.warnings() if "Argo's full CRDs" in w]
+        assert bool(lines) == warned, lines
+    assert lines == [f"{tmp_path / 'v.yaml'}: nodes: 201 nodes make a DAG of 201 tasks; a cluster that installed "
+                     "Argo's full CRDs (manifests/base/crds/full) refuses more than 200 ('spec.templates[0].dag.tasks: "
+                     "Too many'); Argo's default minimal CRDs take it"]

@@ -53,7 +53,7 @@ class Rendered:
     def warnings(self) -> list[str]:
         """Advice that does not stop rendering (printed on stderr)."""
         nodes = self.values["nodes"]
-        advice = self._hccl_port_warnings()
+        advice = self._hccl_port_warnings() + self._full_crd_warnings()
         if self.plan.network:
             return advice + [f"{self.source}: nodes[{index}].address: unused on the pod network (network.mode: pod): "
                              "the other nodes reach this node by its pod's DNS name; remove it"
@@ -67,6 +67,16 @@ class Rendered:
             if not node.get("nic")
         ]
 
+
+    def _full_crd_warnings(self) -> list[str]:
+        limit = catalog.catalog()["argoFullCrdMaxItems"]
+        gang = self.plan.gang
+        tasks = len(self.plan.nodes) + bool(gang) + bool(gang and gang["manifest"]) + bool(self.plan.network)
+        if tasks <= limit:
+            return []
+        return [f"{self.source}: nodes: {len(self.plan.nodes)} nodes make a DAG of {tasks} tasks; a cluster that "
+                f"installed Argo's full CRDs (manifests/base/crds/full) refuses more than {limit} "
+                f"('spec.templates[0].dag.tasks: Too many'); Argo's default minimal CRDs take it"]
 
     def _hccl_port_warnings(self) -> list[str]:
         """The port among the host ports HCCL takes from a base the job's env moved (rule
