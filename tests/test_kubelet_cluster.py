@@ -140,7 +140,6 @@ def wf_done(kube: Kube, namespace: str, name: str):
     return wf if wf and (wf.get("status") or {}).get("phase") in ("Succeeded", "Failed", "Error") else None
 
 
-@pytest.mark.skipif(not ARGOEXEC.exists(), reason="needs .tools/bin/argoexec (make go-tools)")
 def test_argo_workflow_resource_template_and_container(setup):
     kube, nodes, namespace, kubelet = setup
     manifest = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: made-by-argoexec\ndata:\n  k: v\n"
@@ -157,7 +156,6 @@ def test_argo_workflow_resource_template_and_container(setup):
     assert "unwrapped Argo's emissary" in kubelet.text()
 
 
-@pytest.mark.skipif(not ARGOEXEC.exists(), reason="needs .tools/bin/argoexec (make go-tools)")
 def test_argo_terminate_signals_the_running_pod(setup):
     kube, nodes, namespace, kubelet = setup
     script = "import signal, sys, time\nsignal.signal(signal.SIGTERM, lambda *a: sys.exit(143))\ntime.sleep(300)"

@@ -10,6 +10,7 @@ import os
 import time
 
 import pytest
+from required import missing
 
 from torchdag.kubelet import pods as pods_module
 from torchdag.kubelet.kubelet import Kubelet
@@ -19,7 +20,12 @@ from torchdag.kubelet.status import ContainerState, PodState, exit_code_of, term
 from torchdag.kubelet.workflows import stop_reason
 from torchdag.localrun.prepare import Options
 
-root_only = pytest.mark.skipif(not can_mount(), reason="per-pod mounts need root and unshare")
+
+@pytest.fixture
+def mounts_allowed():
+    """Per-pod mounts need root and unshare: `make test` fails without them (tests/required.py)."""
+    if not can_mount():
+        missing("per-pod mounts need root and unshare --mount")
 
 
 class FakeApi:
@@ -107,8 +113,7 @@ def test_failed_init_stops_the_pod(tmp_path):
     assert not (tmp_path / "logs" / "team" / "p1" / "main.log").exists()
 
 
-@root_only
-def test_termination_message_and_service_account_token(tmp_path):
+def test_termination_message_and_service_account_token(tmp_path, mounts_allowed):
     kubelet, api = make_kubelet(tmp_path)
     sa = {"name": "kube-api-access-1", "projected": {"sources": [{"serviceAccountToken": {"path": "token"}}]}}
     mount = {"name": "kube-api-access-1", "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount"}
@@ -274,8 +279,7 @@ def test_heartbeats_post_ready_renew_leases_and_say_failures_once():
     keeper.stop()
 
 
-@root_only
-def test_memory_empty_dir_is_the_pods_own_and_released(tmp_path):
+def test_memory_empty_dir_is_the_pods_own_and_released(tmp_path, mounts_allowed):
     kubelet, api = make_kubelet(tmp_path)
     volumes = [{"name": "dshm", "emptyDir": {"medium": "Memory"}}]
     mounts = [{"name": "dshm", "mountPath": "/dev/shm"}]
