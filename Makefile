@@ -60,7 +60,7 @@ ASCEND_VENV := .venv-ascend
 ASCEND_STAMP := $(ASCEND_VENV)/.installed
 ASCEND_REQ := requirements-ascend-test.txt
 
-.PHONY: help setup render check test test-fast golden smoke chart-sync bench lint clean ascend-venv argo-lint go-tools cluster-up cluster-nodes cluster-down e2e
+.PHONY: help setup render check test test-fast golden smoke chart-sync bench lint clean ascend-venv argo-lint go-tools cluster-up cluster-nodes cluster-kubelet cluster-down e2e
 
 help: ## list the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 14
@@ -169,6 +169,12 @@ cluster-up: $(RENDER_STAMP) $(CLUSTER_BINS) $(WORKFLOW_CONTROLLER) $(ARGOEXEC) $
 
 cluster-nodes: $(RENDER_STAMP) ## register VALUES' nodes as Ready Nodes of the local cluster
 	$(CLUSTER) nodes $(VALUES)
+
+# The process kubelet runs pods as local processes (torch comes from .venv); --cpu: NPU and
+# GPU nodes train on CPU, as `make smoke --cpu` (docs/kubelet.md).
+KUBELET_ARGS ?= --cpu
+cluster-kubelet: $(VENV_STAMP) ## run the pods of the registered Nodes as local processes (background; KUBELET_ARGS, default --cpu)
+	$(PY) -m torchdag.cluster --dir $(CLUSTER_DIR) kubelet $(KUBELET_ARGS)
 
 cluster-down: $(RENDER_STAMP) ## stop the local cluster's processes and remove CLUSTER_DIR
 	$(CLUSTER) down

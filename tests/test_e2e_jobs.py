@@ -6,9 +6,14 @@ from __future__ import annotations
 
 import json
 import re
+import sys
+from pathlib import Path
 
 import pytest
 from e2e_helpers import checkpoint_nodes, pinned_host, rank_of
+
+from torchdag.cluster import procs
+from torchdag.cluster.layout import Layout
 
 pytestmark = [pytest.mark.go, pytest.mark.torch, pytest.mark.e2e]
 
@@ -76,3 +81,23 @@ def test_a_deleted_pod_restarts_the_whole_job_which_resumes_from_its_checkpoint(
     second = [p for p in job.pods(name) if rank_of(p) == 0 and f"{name}(1)." in
               p["metadata"]["annotations"]["workflows.argoproj.io/node-name"]]
     assert second and re.search(r"^\[trainer\] resumed from checkpoint .* at step \d+$", job.log(second[0]), re.M)
+
+
+def test_the_users_path_cluster_nodes_then_cluster_kubelet_then_kubectl_create(job):
+    """docs/e2e.md's steps: `cluster-nodes`, `cluster-kubelet` (the kubelet in the background
+    for every registered Node), render, `kubectl create`: the job ends Succeeded."""
+    nodes = [{"address": "198.18.11.1", "nic": "eth11", "devices": 2, "master": True},
+             {"address": "198.18.11.2", "nic": "eth11", "devices": 1}]
+    values = job.values(nodes, ["--type", "example", "--max-steps", "20", "--log-every", "10"])
+    assert job.cluster.command("nodes", str(values)).returncode == 0
+    started = job.cluster.command("kubelet", "--cpu")
+    assert started.returncode == 0 and "process kubelet started" in started.stdout, started.stdout + started.stderr
+    try:
+        again = job.cluster.command("kubelet", "--cpu")
+        assert "the process kubelet is running already" in again.stdout
+        name = job.submit(job.render(values))
+        wf = job.wait_finished(name, timeout=300)
+        assert wf["status"]["phase"] == "Succeeded", job.explain(name) + (job.cluster.dir / "logs" /
+                                                                          "kubelet.log").read_text()[-3000:]
+    finally:
+        assert procs.stop(Layout.of(str(job.cluster.dir)), "kubelet", Path(sys.executable), grace=30) == "terminated"

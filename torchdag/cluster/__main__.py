@@ -22,6 +22,8 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser("up", help="start every component not running and wait until all are ready")
     commands.add_parser("down", help="stop every component (SIGTERM, then SIGKILL) and remove the state directory")
+    commands.add_parser("kubelet", help="start the process kubelet in the background for every Node "
+                                                  "`nodes` registers; extra words go to it (e.g. --cpu)")
     nodes = commands.add_parser("nodes", help="register the values file's nodes as Ready Nodes")
     nodes.add_argument("values", help="a torchdag values file, e.g. examples/local.yaml")
     for key, value in DEFAULT_CAPACITY.items():
@@ -35,6 +37,8 @@ def _body(args: argparse.Namespace) -> int:
         cluster.up()
     elif args.command == "down":
         cluster.down()
+    elif args.command == "kubelet":
+        cluster.kubelet(args.kubelet_args)
     else:
         nodes = node_objects(args.values, {key: getattr(args, key) for key in DEFAULT_CAPACITY})
         if not cluster.layout.kubeconfig.exists():
@@ -45,7 +49,11 @@ def _body(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    if extra and args.command != "kubelet":
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    args.kubelet_args = extra  # the kubelet's own options, checked by the kubelet
     return run_command(lambda: _body(args), "torchdag.cluster")
 
 

@@ -12,6 +12,7 @@ import json
 import shutil
 import ssl
 import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
@@ -265,8 +266,26 @@ class Cluster:
         return (f"API server https://127.0.0.1:{self.port['apiserver']}, kubeconfig {self.layout.kubeconfig}, "
                 f"logs {self.layout.logs}/")
 
+    def kubelet(self, args: list[str], say=print) -> None:
+        """The process kubelet (torchdag/kubelet) in the background, serving every Node
+        `cluster-nodes` registers (label torchdag.io/accelerator), with this interpreter:
+        the pods' torchrun and python are its environment's."""
+        if not self.layout.kubeconfig.exists():
+            raise ClusterError(f"no cluster at {self.layout.root}: run `make cluster-up` first")
+        if procs.running(self.layout, "kubelet", Path(sys.executable)):
+            say(f"the process kubelet is running already (log: {self.layout.log('kubelet')})")
+            return
+        argv = [sys.executable, "-m", "torchdag.kubelet", "--kubeconfig", str(self.layout.kubeconfig),
+                "--selector", "torchdag.io/accelerator", "--state-dir", str(self.layout.root), *args]
+        procs.start(self.layout, "kubelet", argv, env={"PYTHONPATH": str(Path(__file__).resolve().parents[2])})
+        say(f"process kubelet started: pods of the registered Nodes run here (log: {self.layout.log('kubelet')}, "
+            f"container output under {self.layout.root / 'logs'})")
+
     def down(self, say=print) -> None:
         stopped = []
+        # The kubelet first: it stops the pods' processes it started.
+        if procs.stop(self.layout, "kubelet", Path(sys.executable), grace=30.0):
+            stopped.append("kubelet")
         for name in reversed(COMPONENTS):
             how = procs.stop(self.layout, name, binary(name), grace=GRACE_S.get(name, 10.0))
             if how:
