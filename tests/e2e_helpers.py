@@ -52,7 +52,7 @@ class Job:
         self.used = len(nodes)
         body = {"name": "e2e", "namespace": self.namespace, "image": "registry.example.com/torchdag/trainer:0.1.0",
                 "script": "/opt/torchdag/trainer/train.py", "args": args, "port": free_port(),
-                "timeouts": {"rendezvous": 60, "processGroup": 60, "workflowDeadline": 900}, "nodes": nodes}
+                "timeouts": {"rendezvous": 60, "processGroup": 68, "workflowDeadline": 900}, "nodes": nodes}
         path = self.dir / "values.yaml"
         path.write_text(yaml.safe_dump(body, sort_keys=False) + extra, encoding="utf-8")
         return path

@@ -161,7 +161,7 @@ def test_rendered_mixed_ascend_cpu_job_runs_on_cpu(tmp_path):
         "port": port,
         "backend": "gloo",
         "preflight": {"enabled": True, "timeout": 30},
-        "timeouts": {"rendezvous": 30, "processGroup": 30, "workflowDeadline": 120},
+        "timeouts": {"rendezvous": 30, "processGroup": 68, "workflowDeadline": 120},  # 68: HCCL's step, at least
         "nodes": [
             {"name": "atlas-01", "address": "10.30.0.1", "nic": "enp189s0f0", "accelerator": "ascend910",
              "devices": 1, "master": True},

@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 import io
 import os
+import subprocess
 import time
 
 import pytest
@@ -204,6 +205,23 @@ def test_sandbox_binds_and_wrap(tmp_path):
     assert any("volumeMount nope: no such volume" in n for n in notes)
     assert wrap(["true"], []) == ["true"]
     assert wrap(["true"], binds)[:4] == ["unshare", "--mount", "--propagation", "private"]
+
+
+def test_a_program_under_a_bound_folder_still_runs(tmp_path, mounts_allowed):
+    """Argo's own containers get an emptyDir on /tmp; a checkout under /tmp keeps argoexec
+    there: the program is opened before the mounts hide it (it once exited 127, not found)."""
+    program = tmp_path / "bin" / "prog"
+    program.parent.mkdir()
+    program.write_text("#!/bin/sh\necho ran \"$@\"\n")
+    program.chmod(0o755)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    done = subprocess.run(wrap([str(program), "a b"], [(str(empty), str(tmp_path))]), capture_output=True, text=True,
+                          timeout=30, env={**os.environ, "PATH": "/usr/bin:/bin"})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[0] == "ran a b"
+    plain = wrap(["true"], [(str(empty), str(tmp_path))])
+    assert "exec /proc/self/fd/9" not in " ".join(plain)
 
 
 def test_workflow_stop_reasons():

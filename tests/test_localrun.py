@@ -115,6 +115,7 @@ def test_cpu_flag_runs_ascend_nodes_on_cpu(tmp_path):
     values = values_with(
         tmp_path,
         args=["--type", "example", "--max-steps", "20", "--log-every", "10"],
+        timeouts={"rendezvous": 60, "processGroup": 68, "workflowDeadline": 600},  # 68: HCCL's step, at least
         nodes=[{"name": "atlas-a", "address": "198.18.0.1", "nic": "enp189s0f0", "accelerator": "ascend910",
                 "devices": 1},
                {"name": "atlas-b", "address": "198.18.0.2", "nic": "enp189s0f0", "accelerator": "ascend910",

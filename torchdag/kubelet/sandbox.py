@@ -22,6 +22,12 @@ SA_PATH = "/var/run/secrets/kubernetes.io/serviceaccount"
 MEMORY_ROOT = Path("/dev/shm/torchdag-kubelet")  # emptyDir medium: Memory
 CREATABLE = ("/var/run/", "/run/", "/dev/")
 MOUNT_SCRIPT = 'while [ "$1" != -- ]; do mount --bind "$1" "$2" || exit 126; shift 2; done; shift; exec "$@"'
+# The same when a bind covers the program itself (Argo mounts an emptyDir on /tmp in its own
+# containers, and a checkout under /tmp holds argoexec): the program is opened before the
+# mounts and run through its descriptor.
+MOUNT_SCRIPT_KEEP_PROGRAM = ('exec 9<"$1" || exit 127; shift; '
+                             'while [ "$1" != -- ]; do mount --bind "$1" "$2" || exit 126; shift 2; done; '
+                             'shift 2; exec /proc/self/fd/9 "$@"')
 
 
 def can_mount() -> bool:
@@ -161,6 +167,10 @@ def wrap(argv: list[str], binds: list[tuple[str, str]]) -> list[str]:
     if not binds:
         return list(argv)
     flat = [word for pair in mount_order(binds) for word in pair]
+    program = shutil.which(argv[0]) or argv[0]
+    if any(_covers(target, os.path.abspath(program)) for _, target in binds):
+        return ["unshare", "--mount", "--propagation", "private", "--", "/bin/sh", "-c", MOUNT_SCRIPT_KEEP_PROGRAM,
+                "kubelet-mounts", program, *flat, "--", *argv]
     return ["unshare", "--mount", "--propagation", "private", "--", "/bin/sh", "-c", MOUNT_SCRIPT,
             "kubelet-mounts", *flat, "--", *argv]
 
