@@ -84,7 +84,7 @@ $(HELM) $(KUBECTL) &:
 	install -m 0755 $(TOOLS)/download/kubectl $(KUBECTL)
 	rm -rf $(TOOLS)/download
 	$(HELM) version --short
-	$(KUBECTL) version --client=true | head -1
+	$(KUBECTL) version --client=true | sed -n 1p  # sed reads all: head could SIGPIPE kubectl under pipefail
 
 # argolint: Argo's own validator at the release tools/argo/go.mod pins (v4) and the newest
 # v3 release (tools/argo-v3); `argolint --version` names the Argo release built in.
