@@ -4,7 +4,7 @@ completed by the process kubelet without processes (--no-exec), through one fail
 and a whole-job restart.
 
 For each N it prints the time from `kubectl create` to every training pod of the first
-attempt Running (each is reported Running for 20 s, then Succeeded), the
+attempt Running (each is reported Running for 10 s, then Succeeded), the
 Workflow object's size as the API server stores it (JSON, spec and status) at its largest,
 whether Argo compressed `status.nodes`, how the run ended, and render.py's budget for the
 same job (spec plus catalogue argoStatus per attempt): the guard must not be below what was
@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import subprocess
 import sys
 import tempfile
@@ -110,13 +111,15 @@ def main() -> int:
     parser.add_argument("--nodes", type=int, nargs="+", default=[256, 1024])
     parser.add_argument("--keep", help="cluster directory to use and keep (default: a temporary one, removed)")
     args = parser.parse_args()
+    # A SIGTERM (a `timeout`) still takes the cluster down, through the finally below.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     folder = Path(args.keep or tempfile.mkdtemp(prefix="torchdag-scale-"))
     layout = Layout.of(str(folder / "cluster"))
     cluster = Cluster(layout)
     cluster.up(say=lambda *a: None)
     try:
         minimal_workflow_crd(layout)
-        cluster.kubelet(["--no-exec", "--no-exec-seconds", "20"], say=lambda *a: None)
+        cluster.kubelet(["--no-exec", "--no-exec-seconds", "10"], say=lambda *a: None)
         limit = catalog()["argoStatus"]["maxBytes"]
         for n in args.nodes:
             row = measure(layout, folder, n)
