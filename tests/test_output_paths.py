@@ -134,7 +134,7 @@ def test_stdout_into_a_closed_pipe(reader, tmp_path):
     read_end, write_end = os.pipe()
     if reader == "closed before":
         os.close(read_end)
-    process = subprocess.Popen([sys.executable, str(REPO / "render.py"), str(values)], stdout=write_end,
+    process = subprocess.Popen([sys.executable, str(REPO / "render.py"), str(values), "-q"], stdout=write_end,
                                stderr=subprocess.PIPE, text=True)
     os.close(write_end)
     if reader != "closed before":

@@ -29,6 +29,7 @@ The catalogue as JSON; read it with `include "torchdag.catalog" . | fromJson`. *
       "resource": "nvidia.com/gpu"
     }
   },
+  "argoFullCrdMaxItems": 200,
   "argoStatus": {
     "maxBytes": 1048576,
     "perAttempt": 1024,
