@@ -1,25 +1,31 @@
 #!/usr/bin/env python3
 """Scale on the real controller: a rendered N-node × 8-NPU job on the local cluster, its pods
-completed by the process kubelet without processes (--no-exec), through one failed attempt
-and a whole-job restart.
+completed by the process kubelet without processes (--no-exec, each pod Running --hold
+seconds, all at once), through one failed attempt and a whole-job restart.
 
-For each N it prints the time from `kubectl create` to every training pod of the first
-attempt Running (each is reported Running for 10 s, then Succeeded), the
-Workflow object's size as the API server stores it (JSON, spec and status) at its largest,
-whether Argo compressed `status.nodes`, how the run ended, and render.py's budget for the
-same job (spec plus catalogue argoStatus per attempt): the guard must not be below what was
-measured. Argo's pod creation is bounded by its Kubernetes client (workflow-controller
-`--qps 20 --burst 30`, the defaults; no `resourceRateLimit`, so unlimited there).
+For each N: render.py's size guard's verdict on the job (fits, with its budget: spec plus
+the catalogue's argoStatus per attempt; or refused). The same Workflow then goes to Argo
+either way (rendered with workflow.nodeStatusOffload, which changes only the guard); once
+every pod of the first attempt has started, one is deleted, failing that attempt. Printed:
+the time from `kubectl create` to every first-attempt pod started, the largest Workflow
+the API server stored (JSON, spec and status) and its packed size (status.nodes gzipped as
+Argo's workflow/packer does past 1 MiB), whether Argo compressed, how the run ended, and
+whether the guard agrees: what it lets through must never outgrow the limit; what it
+refuses should end in Argo's "workflow is longer than maximum allowed size". Argo's pod
+creation is bounded by its Kubernetes client (workflow-controller `--qps 20 --burst 30`,
+the defaults; no `resourceRateLimit`, so unlimited there).
 
 Argo's full CRDs cap a DAG at 200 tasks (docs/values.md), so the bench replaces the
 Workflow CRD with Argo's minimal one, as Argo's default install has it.
 
-    python bench/bench_cluster.py [--nodes 256 1024] [--keep DIR]
+    python bench/bench_cluster.py [--nodes 256 1024] [--hold 60] [--keep DIR]
 """
 
 from __future__ import annotations
 
 import argparse
+import base64
+import gzip
 import json
 import signal
 import subprocess
@@ -36,6 +42,7 @@ from torchdag.cluster import procs  # noqa: E402
 from torchdag.cluster.layout import Layout  # noqa: E402
 from torchdag.cluster.up import Cluster  # noqa: E402
 from torchdag.pipeline import run  # noqa: E402
+from torchdag.problems import ValuesError  # noqa: E402
 from torchdag.render import check_documents, json_size, status_budget  # noqa: E402
 
 KUBECTL = REPO / ".tools" / "bin" / "kubectl"
@@ -56,59 +63,106 @@ def minimal_workflow_crd(layout: Layout) -> None:
     kubectl(layout, "apply", "--server-side", "--force-conflicts", "-f", str(crd))
 
 
-def values_file(folder: Path, n: int) -> Path:
+def values_file(folder: Path, n: int, offload: bool) -> Path:
     nodes = "".join(f"  - {{name: npu-{i:04d}, address: 198.18.{i // 250}.{i % 250 + 1}, nic: eth0, "
                     "accelerator: ascend910, devices: 8}\n" for i in range(n))
-    path = folder / f"scale-{n}.yaml"
+    path = folder / f"scale-{n}{'-offload' if offload else ''}.yaml"
     path.write_text("name: scale\nimage: registry.example.com/train:1.0\nscript: /code/train.py\n"
                     "failurePolicy: {maxRestarts: 1, backoffSeconds: 1}\n"
-                    f"workflow: {{podGC: ''}}\nnodes:\n{nodes}", encoding="utf-8")
+                    f"workflow: {{podGC: '', nodeStatusOffload: {str(offload).lower()}}}\nnodes:\n{nodes}",
+                    encoding="utf-8")
     return path
 
 
+def status_nodes(status: dict) -> dict:
+    """status.nodes, gunzipped from compressedNodes when Argo packed them."""
+    if status.get("compressedNodes"):
+        return json.loads(gzip.decompress(base64.b64decode(status["compressedNodes"])))
+    return status.get("nodes") or {}
+
+
+def packed_size(wf: dict) -> int:
+    """The Workflow's JSON size with status.nodes as Argo packs them (workflow/packer:
+    JSON, gzip at Go's default level, base64 in status.compressedNodes): what Argo holds
+    against its 1 MiB limit once the plain form is over it."""
+    status = dict(wf.get("status") or {})
+    if status.get("nodes"):
+        text = json.dumps(status.pop("nodes"), separators=(",", ":")).encode()
+        status["compressedNodes"] = base64.b64encode(gzip.compress(text, compresslevel=6)).decode()
+    return len(json.dumps(dict(wf, status=status), separators=(",", ":")))
+
+
+def guard(folder: Path, n: int) -> tuple[str, object]:
+    """render.py's verdict on the job as users write it (no offload): ("fits", Rendered) or
+    ("refused", its message)."""
+    try:
+        return "fits", run(values_file(folder, n, offload=False))
+    except ValuesError as err:
+        return "refused", "; ".join(p.message for p in err.problems)
+
+
 def measure(layout: Layout, folder: Path, n: int) -> dict:
-    values = values_file(folder, n)
-    rendered = run(values)
-    (document,) = check_documents(rendered.text)
+    verdict, rendered = guard(folder, n)
+    # Refused or not, the same Workflow goes to the controller (the offload key changes only the
+    # guard): what real Argo then does is what the guard's verdict is held against.
+    values = values_file(folder, n, offload=True)
+    offloaded = run(values)
+    (document,) = check_documents(offloaded.text)
     spec = json_size(document)
-    attempts, budget = status_budget(rendered.plan)
+    attempts, budget = status_budget(rendered.plan) if verdict == "fits" else (2, None)
     workflow = folder / f"scale-{n}-workflow.yaml"
-    workflow.write_text(rendered.text, encoding="utf-8")
+    workflow.write_text(offloaded.text, encoding="utf-8")
     subprocess.run([sys.executable, "-m", "torchdag.cluster", "--dir", str(layout.root), "nodes", str(values)],
                    cwd=REPO, check=True, capture_output=True)
     start = time.monotonic()
     name = kubectl(layout, "create", "-f", str(workflow), "-o", "name").strip().split("/")[-1]
-    largest, compressed, deleted, all_running, phase = 0, False, False, None, ""
+    row = {"nodes": n, "guard": verdict, "spec_bytes": spec, "per_node_bytes": round(spec / n),
+           "budget_bytes": spec + budget if budget is not None else None, "largest_bytes": 0, "largest_packed_bytes": 0,
+           "compressed": False, "pod_nodes_largest": 0, "create_to_all_started_s": None, "deleted_pod": None}
+    first_attempt = f"{name}(0)."
+    wf: dict = {}
     while time.monotonic() - start < 3600:
         wf = json.loads(kubectl(layout, "get", "workflow", name, "-o", "json"))
-        largest = max(largest, len(json.dumps(wf, separators=(",", ":"))))
         status = wf.get("status") or {}
-        compressed |= bool(status.get("compressedNodes"))
-        phase = status.get("phase") or ""
-        if phase in ("Succeeded", "Failed", "Error"):
+        row["largest_bytes"] = max(row["largest_bytes"], len(json.dumps(wf, separators=(",", ":"))))
+        row["largest_packed_bytes"] = max(row["largest_packed_bytes"], packed_size(wf))
+        row["compressed"] |= bool(status.get("compressedNodes"))
+        if status.get("phase") in ("Succeeded", "Failed", "Error"):
             break
-        pods = json.loads(kubectl(layout, "get", "pods", "-l", f"workflows.argoproj.io/workflow={name},"
-                                  "torchdag.io/node-rank", "-o", "json"))["items"]
-        first = [p for p in pods if f"{name}(0)." in p["metadata"]["annotations"].get(
-            "workflows.argoproj.io/node-name", "")]
-        running = [p for p in first if (p.get("status") or {}).get("phase") == "Running"]
-        started = [p for p in first if (p.get("status") or {}).get("phase") in ("Running", "Succeeded", "Failed")]
-        if all_running is None and len(started) >= n:
-            all_running = time.monotonic() - start
-        if not deleted and running:
-            # One failed attempt: a training pod deleted while it runs fails the DAG's first attempt.
-            kubectl(layout, "delete", "pod", running[0]["metadata"]["name"], "--wait=false")
-            deleted = True
-        time.sleep(2)
-    return {"nodes": n, "spec_bytes": spec, "per_node_bytes": round(spec / n), "attempts": attempts,
-            "budget_bytes": spec + budget, "largest_bytes": largest, "compressed": compressed, "phase": phase,
-            "create_to_all_started_s": round(all_running, 1) if all_running else None,
-            "total_s": round(time.monotonic() - start, 1)}
+        pods = [node for node in status_nodes(status).values() if node.get("type") == "Pod"]
+        row["pod_nodes_largest"] = max(row["pod_nodes_largest"], len(pods))
+        started = [p for p in pods if p["name"].startswith(first_attempt) and p.get("phase") != "Pending"]
+        if row["create_to_all_started_s"] is None and len(started) >= n:
+            row["create_to_all_started_s"] = round(time.monotonic() - start, 1)
+            # One failed attempt, after all its pods exist (a DAG stops starting tasks once one
+            # fails): a training pod deleted while it runs fails the first attempt.
+            running = kubectl(layout, "get", "pods", "-l", f"workflows.argoproj.io/workflow={name},"
+                              "torchdag.io/node-rank", "--field-selector=status.phase=Running", "-o", "name").split()
+            if running:
+                kubectl(layout, "delete", running[-1], "--wait=false")
+                row["deleted_pod"] = running[-1].split("/")[-1]
+        time.sleep(3)
+    status = wf.get("status") or {}
+    row.update(phase=status.get("phase"), message=status.get("message", ""),
+               total_s=round(time.monotonic() - start, 1))
+    return row
+
+
+def agreement(row: dict) -> str:
+    """The guard's verdict against Argo's: a Workflow the guard lets through must never
+    grow past the limit; one it refuses should be one Argo ends in Error."""
+    too_large = (row["phase"] == "Error" and "longer than maximum allowed size" in row["message"])
+    if row["guard"] == "fits":
+        within = not too_large and row["largest_packed_bytes"] <= row["budget_bytes"]
+        return "agrees" if within else "DISAGREES: the guard let through a Workflow Argo could not hold"
+    return "agrees" if too_large else "guard stricter than Argo (refused a job Argo held)"
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--nodes", type=int, nargs="+", default=[256, 1024])
+    parser.add_argument("--hold", type=float, default=60,
+                        help="seconds each pod stays Running (the kubelet's --no-exec-seconds; default 60)")
     parser.add_argument("--keep", help="cluster directory to use and keep (default: a temporary one, removed)")
     args = parser.parse_args()
     # A SIGTERM (a `timeout`) still takes the cluster down, through the finally below.
@@ -119,17 +173,18 @@ def main() -> int:
     cluster.up(say=lambda *a: None)
     try:
         minimal_workflow_crd(layout)
-        cluster.kubelet(["--no-exec", "--no-exec-seconds", "10"], say=lambda *a: None)
+        cluster.kubelet(["--no-exec", "--no-exec-seconds", f"{args.hold:g}"], say=lambda *a: None)
         limit = catalog()["argoStatus"]["maxBytes"]
         for n in args.nodes:
             row = measure(layout, folder, n)
-            row["within_guard"] = row["largest_bytes"] <= row["budget_bytes"]
+            row["agreement"] = agreement(row)
             print(json.dumps(row), flush=True)
-            print(f"{n} nodes x 8: spec {row['spec_bytes']} B ({row['per_node_bytes']} B/node); largest stored "
-                  f"Workflow {row['largest_bytes']} B (compressed nodes: {row['compressed']}); guard budget "
-                  f"{row['budget_bytes']} B of {limit} for {row['attempts']} attempts; all pods Running "
-                  f"{row['create_to_all_running_s']} s after create; ended {row['phase']} in {row['total_s']} s",
-                  flush=True)
+            print(f"{n} nodes x 8: spec {row['spec_bytes']} B ({row['per_node_bytes']} B/node); guard "
+                  f"{row['guard']} (budget {row['budget_bytes']} B of {limit}); Argo: largest Workflow "
+                  f"{row['largest_bytes']} B stored, {row['largest_packed_bytes']} B packed, compressed "
+                  f"{row['compressed']}, {row['pod_nodes_largest']} pod nodes; all first-attempt pods started "
+                  f"{row['create_to_all_started_s']} s after create; ended {row['phase']} in {row['total_s']} s "
+                  f"{row['message']!r}; {row['agreement']}", flush=True)
     finally:
         procs.stop(layout, "kubelet", Path(sys.executable), grace=30)
         if not args.keep:

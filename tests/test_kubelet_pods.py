@@ -177,6 +177,27 @@ def test_no_exec_reports_running_then_succeeded(tmp_path):
     assert not (tmp_path / "logs").exists()
 
 
+def test_no_exec_pods_are_running_all_at_once_and_a_deleted_one_ends_143(tmp_path):
+    """--no-exec-seconds holds every pod Running together, as a job's pods run (the scale
+    bench needs all of an attempt's pods Running); deletion ends the hold early."""
+    kubelet, api = make_kubelet(tmp_path, no_exec=True, no_exec_seconds=60)
+    pods = [pod(sh("main", "exit 1"), name=f"p{i}") for i in range(300)]
+    for p in pods:
+        kubelet.on_pod("ADDED", p)
+    deadline = time.monotonic() + 30
+    while len(api.statuses) < len(pods) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert [s["phase"] for s in api.statuses] == ["Running"] * len(pods)
+    worker = kubelet.workers["uid-p7-0000"]
+    worker.stop("pod deleted", 30)
+    assert worker.done.wait(10), "a deleted --no-exec pod stops at once, not after its 60 s"
+    term = api.statuses[-1]["containerStatuses"][0]["state"]["terminated"]
+    assert (api.statuses[-1]["phase"], term["exitCode"]) == ("Failed", 143)
+    assert len(api.statuses) == len(pods) + 1, "the others are still Running"
+    for other in kubelet.workers.values():
+        other.stop("test over", 0)
+
+
 def test_phase_rules_and_messages():
     state = PodState("n", "1.2.3.4", "1.2.3.4", inits=[ContainerState("i", "x", init=True)],
                      mains=[ContainerState("m", "x"), ContainerState("wait", "x", stand_in=True)])

@@ -13,7 +13,7 @@ import pytest
 import yaml
 from kubelet_cluster_helpers import KubeletProcess, delete_nodes, dump, kubeconfig_for, register_nodes, unique, wait_for
 
-from helpers import REPO
+from helpers import REPO, free_port
 from torchdag.kubelet.api import Kube
 from torchdag.pipeline import build
 
@@ -64,6 +64,9 @@ def baseline(request, kube, tmp_path):
 
 
 def submit(kube: Kube, tmp_path, namespace: str, values: dict) -> str:
+    # A port of its own: the kubelet maps every master's address to 127.0.0.1, where other tests'
+    # ranks listen too (the default 29500 once collided with one of them: rank 0 exit 1, the rest hung).
+    values = {"port": free_port(), **values}
     path = tmp_path / f"{values['name']}.yaml"
     path.write_text(yaml.safe_dump(values))
     doc = next(d for d in yaml.safe_load_all(build(path)) if d and d.get("kind") == "Workflow")

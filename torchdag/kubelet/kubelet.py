@@ -9,7 +9,6 @@ import os
 import sys
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from kubernetes.client.exceptions import ApiException
@@ -59,10 +58,6 @@ class Kubelet:
         self.deleting: set[str] = set()  # uids whose pod is being deleted
         self.lock = threading.Lock()
         self.stopping = threading.Event()
-        # --no-exec pods mostly wait (--no-exec-seconds) in their worker: enough workers that
-        # the wait, not the pool, sets the pace of a large job (the bench's 256 nodes took
-        # 11 minutes per attempt with 8).
-        self.quick = ThreadPoolExecutor(max_workers=128, thread_name_prefix="no-exec") if no_exec else None
         self._say_lock = threading.Lock()
 
     def say(self, text: str) -> None:
@@ -141,10 +136,9 @@ class Kubelet:
         with self.lock:
             self.workers[uid] = worker
         self.say(f"{key}: bound to {spec['nodeName']}: {'completing (--no-exec)' if self.no_exec else 'starting'}")
-        if self.quick is not None:
-            self.quick.submit(worker._run)
-        else:
-            worker.start()
+        # One thread per pod, --no-exec too: its pods wait (--no-exec-seconds) Running, all at
+        # once, as a job's pods run (a worker pool would cap how many are Running).
+        worker.start()
 
     def _lost(self, pod: dict, key: str) -> None:
         """A Running pod no process of ours backs (a kubelet restart): reported Failed."""

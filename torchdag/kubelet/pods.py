@@ -54,6 +54,7 @@ class PodWorker:
         self.stop_reason: str | None = None
         self.kill_at: float | None = None
         self.done = threading.Event()
+        self.stopping = threading.Event()  # set by stop(): ends a --no-exec pod's Running time early
         self.lock = threading.Lock()
         self.thread = threading.Thread(target=self._run, name=f"pod {self.key}", daemon=True)
         active = spec.get("activeDeadlineSeconds")
@@ -71,6 +72,7 @@ class PodWorker:
             self.stop_reason = self.stop_reason or reason
             kill_at = time.monotonic() + max(grace, 0)
             self.kill_at = kill_at if self.kill_at is None else min(self.kill_at, kill_at)
+            self.stopping.set()
             if first:
                 self.k.say(f"{self.key}: stopping ({reason}; SIGKILL after {grace:g} s)")
                 for tree in self.trees.values():
@@ -100,7 +102,9 @@ class PodWorker:
 
     def _complete_without_processes(self) -> None:
         """--no-exec (benchmarks): Running, then Succeeded; nothing is started. With
-        --record, each container's process as it would start is written down first."""
+        --record, each container's process as it would start is written down first. A pod
+        stopped while Running (deleted, or its Workflow terminated) ends as a process that
+        took SIGTERM would: exit 143."""
         if self.k.record is not None:
             self._record()
         for c in self.state.inits:
@@ -109,10 +113,10 @@ class PodWorker:
         for c in self.state.mains:
             c.start(None, self.state.node)
         self.push()
-        if self.k.no_exec_seconds:
-            time.sleep(self.k.no_exec_seconds)
+        stopped = self.stopping.wait(self.k.no_exec_seconds) if self.k.no_exec_seconds else self.stopping.is_set()
+        code, message = (143, f"not run: --no-exec; {self.stop_reason}") if stopped else (0, "not run: --no-exec")
         for c in self.state.mains:
-            c.finish(0, "not run: --no-exec")
+            c.finish(code, message)
         self.push()
 
     def _record(self) -> None:
