@@ -14,14 +14,13 @@ import json
 import os
 import subprocess
 import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 import yaml
 
-from helpers import REPO
+from helpers import REPO, wait_for
 
 BIN = REPO / ".tools" / "bin"
 CLUSTER_BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "clustercerts",
@@ -69,15 +68,7 @@ class LocalCluster:
 
     def wait_for(self, what: str, check, timeout: float = 120, every: float = 0.5):
         """Poll check() until it returns something true; that value, or a failure naming `what`."""
-        deadline = time.monotonic() + timeout
-        while True:
-            value = check()
-            if value:
-                return value
-            if time.monotonic() > deadline:
-                pytest.fail(f"timed out after {timeout:.0f}s waiting for {what}")
-            time.sleep(every)
-
+        return wait_for(what, check, timeout, every)
 
 WATCHDOG = """
 import os, subprocess, sys, time

@@ -4,7 +4,10 @@ beyond the standard library (every tier imports this module, the fast one includ
 from __future__ import annotations
 
 import socket
+import time
 from pathlib import Path
+
+import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLES_DIR = REPO / "examples"
@@ -41,3 +44,16 @@ CLUSTER_SUMMARY = "".join(f"{line}\n" for line in (
     "   0  192.168.110.22  192.168.110.22  enp11s0f0   ascend310p   1        ascend310p-x1",
     "   1  192.168.110.23  192.168.110.23  enp125s0f0  ascend310p   1        ascend310p-x1",
 ))
+
+
+def wait_for(what: str, check, timeout: float = 90, every: float = 0.5, tail=None):
+    """Poll check() until it returns something true and return that; past the timeout, a
+    test failure naming `what`, with tail() (a log's end, say) appended when given."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout:.0f} s waiting for {what}" + (f"\n{tail()}" if tail else ""))
+        time.sleep(every)

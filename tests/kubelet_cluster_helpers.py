@@ -8,12 +8,12 @@ import os
 import signal
 import subprocess
 import sys
-import time
 import uuid
 from pathlib import Path
 
 import pytest
 
+import helpers
 from helpers import REPO
 from torchdag.kubelet.api import Kube
 
@@ -84,16 +84,9 @@ def unique(prefix: str) -> str:
 
 
 def wait_for(what: str, check, timeout: float = 90, every: float = 0.5, kubelet: KubeletProcess | None = None):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            tail = f"\nkubelet log:\n{kubelet.text()[-4000:]}" if kubelet else ""
-            pytest.fail(f"timed out after {timeout:.0f} s waiting for {what}{tail}")
-        time.sleep(every)
-
+    """helpers.wait_for, with the kubelet's log's end in the failure."""
+    tail = (lambda: f"kubelet log:\n{kubelet.text()[-4000:]}") if kubelet else None
+    return helpers.wait_for(what, check, timeout, every, tail)
 
 def dump(obj: dict) -> str:
     return json.dumps(obj, indent=1)[:4000]
