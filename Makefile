@@ -60,7 +60,7 @@ ASCEND_VENV := .venv-ascend
 ASCEND_STAMP := $(ASCEND_VENV)/.installed
 ASCEND_REQ := requirements-ascend-test.txt
 
-.PHONY: help setup render check test test-fast golden smoke chart-sync bench lint clean ascend-venv argo-lint go-tools cluster-up cluster-nodes cluster-kubelet cluster-down e2e
+.PHONY: help setup render check test test-fast golden smoke chart-sync bench bench-cluster lint clean ascend-venv argo-lint go-tools cluster-up cluster-nodes cluster-kubelet cluster-down e2e
 
 help: ## list the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 14
@@ -257,10 +257,14 @@ $(BENCH_VENV)/.installed: requirements-bench.txt
 	$(BENCH_VENV)/bin/python -m pip install --quiet --disable-pip-version-check -r requirements-bench.txt
 	touch $@
 
-bench: $(VENV_STAMP) $(HELM) $(BENCH_VENV)/.installed ## render, helm and TorchX side by side; Argo's status per pod; trainer overhead (numbers, not pass/fail)
+bench: $(VENV_STAMP) $(HELM) $(BENCH_VENV)/.installed bench-cluster ## render, helm and TorchX side by side; Argo's status per pod; trainer overhead; scale on the real controller (numbers, not pass/fail)
 	HELM=$(abspath $(HELM)) $(PY) bench/bench_render.py
 	$(PY) bench/bench_status.py
 	$(PY) bench/bench_trainer.py
+
+SCALE_NODES ?= 256 1024 4096
+bench-cluster: $(VENV_STAMP) $(CLUSTER_BINS) $(WORKFLOW_CONTROLLER) $(ARGOEXEC) $(KUBECTL) ## SCALE_NODES-node x 8 jobs on a cluster of their own under Argo's controller: size against the render-time guard, time to Running (about 30 min)
+	$(PY) bench/bench_cluster.py --nodes $(SCALE_NODES)
 
 lint: $(FAST_STAMP) ## ruff (pyproject.toml) on the Python, yamllint on the golden Workflows (what users review)
 	$(FAST_VENV)/bin/ruff check .

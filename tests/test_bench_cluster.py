@@ -1,0 +1,50 @@
+"""The scale bench's own judgement (bench/bench_cluster.py): how it reads Argo's packed
+node status and when it says the render-time size guard agrees with the real controller.
+The measurements themselves are `make bench-cluster`'s (docs/e2e.md)."""
+
+from __future__ import annotations
+
+import base64
+import gzip
+import json
+import sys
+
+from helpers import REPO
+
+sys.path.insert(0, str(REPO / "bench"))
+from bench_cluster import agreement, packed_size, status_nodes
+
+TOO_LARGE = "workflow is longer than maximum allowed size. compressed size 1100000 > maxSize 1048576"
+
+
+def nodes(n: int) -> dict:
+    return {f"scale-x-{i}": {"id": f"scale-x-{i}", "name": f"scale-x(0).node-{i}", "type": "Pod",
+                             "phase": "Succeeded", "templateName": "ascend910-x8"} for i in range(n)}
+
+
+def test_packed_status_is_read_back_and_smaller_than_the_plain_one():
+    plain = {"metadata": {"name": "scale-x"}, "spec": {}, "status": {"phase": "Running", "nodes": nodes(500)}}
+    packed_bytes = packed_size(plain)
+    assert packed_bytes < len(json.dumps(plain, separators=(",", ":"))) / 5, "repetitive node status compresses"
+    # Argo's own packing: gzip, base64, in status.compressedNodes, status.nodes gone
+    text = json.dumps(plain["status"]["nodes"], separators=(",", ":")).encode()
+    argo_packed = {"metadata": plain["metadata"], "spec": {}, "status": {
+        "phase": "Running", "compressedNodes": base64.b64encode(gzip.compress(text, compresslevel=6)).decode()}}
+    assert status_nodes(argo_packed["status"]) == plain["status"]["nodes"]
+    assert packed_size(argo_packed) == len(json.dumps(argo_packed, separators=(",", ":"))) == packed_bytes
+
+
+def row(**kw) -> dict:
+    base = {"guard": "fits", "budget_bytes": 500_000, "largest_packed_bytes": 300_000, "phase": "Succeeded",
+            "message": ""}
+    return base | kw
+
+
+def test_agreement_is_judged_on_what_the_guard_let_through_and_what_argo_did():
+    assert agreement(row()) == "agrees"
+    assert agreement(row(largest_packed_bytes=600_000)).startswith("DISAGREES")
+    assert agreement(row(phase="Error", message=TOO_LARGE)).startswith("DISAGREES")
+    refused = {"guard": "refused", "budget_bytes": None}
+    assert agreement(row(**refused, phase="Error", message=TOO_LARGE)) == "agrees"
+    assert agreement(row(**refused)).startswith("guard stricter than Argo")
+    assert agreement(row(**refused, phase="Failed", message="child failed")).startswith("guard stricter")
