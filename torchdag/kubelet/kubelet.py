@@ -184,6 +184,7 @@ class Kubelet:
     def follow_selector(self, selector: str, every: float = 10.0) -> None:
         """--selector: Nodes registered later are served too (their already-bound pods
         started), Nodes deleted are dropped."""
+        unlisted: set[str] = set()
         while not self.stopping.wait(every):
             try:
                 listed = self.api.request("GET", "/api/v1/nodes", query={"labelSelector": selector})
@@ -191,14 +192,26 @@ class Kubelet:
                 self.say(f"node list: {str(err).splitlines()[0]}")
                 continue
             found = {n["metadata"]["name"]: n for n in listed["items"]}
-            for name in sorted(set(found) - self.nodes):
+            new = set(found) - self.nodes
+            # Heartbeats first, for all of them: a Node unserved for 50 s is tainted unreachable
+            # (one pod list per new Node made 3,000 Nodes wait minutes for their first Lease).
+            for name in sorted(new):
                 self.keeper.info[name] = found[name]
                 self.keeper.nodes.append(name)
                 self.nodes.add(name)
                 self.say(f"serving node {name} (matches {selector})")
-                pods = self.api.request("GET", "/api/v1/pods", query={"fieldSelector": f"spec.nodeName={name}"})
-                for pod in pods["items"]:
-                    self.on_pod("ADDED", pod)
+            unlisted |= new  # their pods bound before we served them: the watch passed them by
+            if unlisted:
+                try:
+                    pods = self.api.request("GET", "/api/v1/pods", query={
+                        "fieldSelector": "status.phase!=Succeeded,status.phase!=Failed"})["items"]
+                except Exception as err:  # noqa: BLE001 -- tried again next round
+                    self.say(f"pod list: {str(err).splitlines()[0]}")
+                else:
+                    for pod in pods:
+                        if (pod.get("spec") or {}).get("nodeName") in unlisted:
+                            self.on_pod("ADDED", pod)
+                    unlisted = set()
             for name in sorted(self.nodes - set(found)):
                 self.nodes.discard(name)
                 self.keeper.nodes.remove(name)
