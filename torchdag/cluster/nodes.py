@@ -87,7 +87,8 @@ def register(cluster, nodes: list[dict], say=print, workers: int = 16) -> None:
 
     with ThreadPoolExecutor(workers) as pool:
         list(pool.map(one, nodes))
-    _wait_untainted(cluster, {node["metadata"]["name"] for node in nodes})
+    # The node lifecycle controller lifts each new Node's taint with a few requests of its own.
+    _wait_untainted(cluster, {node["metadata"]["name"] for node in nodes}, timeout=120.0 + 0.05 * len(nodes))
     shown = nodes if len(nodes) <= SHOWN else [*nodes[:SHOWN - 1], nodes[-1]]
     for node in shown:
         if node is nodes[-1] and len(nodes) > SHOWN:

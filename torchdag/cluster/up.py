@@ -90,6 +90,10 @@ def argv(layout: Layout, component: str, port: dict[str, int]) -> list[str]:
             "--leader-elect=false", "--use-service-account-credentials=true",
             f"--service-account-private-key-file={pki / 'sa.key'}", f"--root-ca-file={pki / 'ca.crt'}",
             f"--service-cluster-ip-range={SERVICE_CIDR}", "--profiling=false",
+            # Each controller's client may make 20 requests/s by default: the node lifecycle
+            # controller then took minutes to lift the `not-ready` taint of 1,024 new Nodes
+            # (a few requests each; the scale bench). Large clusters raise it the same way.
+            "--kube-api-qps=200", "--kube-api-burst=400",
         ],
         "kube-scheduler": [
             f"--config={layout.root / 'scheduler.yaml'}", *serving, f"--secure-port={port['scheduler']}",
