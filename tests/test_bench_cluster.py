@@ -36,12 +36,13 @@ def test_packed_status_is_read_back_and_smaller_than_the_plain_one():
 
 def row(**kw) -> dict:
     base = {"guard": "fits", "budget_bytes": 500_000, "largest_packed_bytes": 300_000, "phase": "Succeeded",
-            "message": ""}
+            "message": "", "second_attempt": True}
     return base | kw
 
 
 def test_agreement_is_judged_on_what_the_guard_let_through_and_what_argo_did():
     assert agreement(row()) == "agrees"
+    assert agreement(row(second_attempt=False)).startswith("agrees so far")
     assert agreement(row(largest_packed_bytes=600_000)).startswith("DISAGREES")
     assert agreement(row(phase="Error", message=TOO_LARGE)).startswith("DISAGREES")
     refused = {"guard": "refused", "budget_bytes": None}
