@@ -94,6 +94,9 @@ def argv(layout: Layout, component: str, port: dict[str, int]) -> list[str]:
             # controller then took minutes to lift the `not-ready` taint of 1,024 new Nodes
             # (a few requests each; the scale bench). Large clusters raise it the same way.
             "--kube-api-qps=200", "--kube-api-burst=400",
+            # One process kubelet heartbeats every Node here; on 2 cores a round over 4,096 Nodes
+            # took 60-115 s, past the default 50 s, and the Nodes went unreachable.
+            "--node-monitor-grace-period=300s",
         ],
         "kube-scheduler": [
             f"--config={layout.root / 'scheduler.yaml'}", *serving, f"--secure-port={port['scheduler']}",

@@ -21,7 +21,7 @@ LEASE_SECONDS = 40
 
 class NodeKeeper:
     def __init__(self, api: Kube, nodes: list[str], *, lease_every: float = 10.0, status_every: float = 300.0,
-                 workers: int = 4, say=print):
+                 workers: int = 16, say=print):
         self.api = api
         self.nodes = list(nodes)
         self.lease_every = lease_every
