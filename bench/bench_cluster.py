@@ -18,7 +18,7 @@ the defaults; no `resourceRateLimit`, so unlimited there).
 Argo's full CRDs cap a DAG at 200 tasks (docs/values.md), so the bench replaces the
 Workflow CRD with Argo's minimal one, as Argo's default install has it.
 
-    python bench/bench_cluster.py [--nodes 256 1024] [--hold 60] [--keep DIR]
+    python bench/bench_cluster.py [--nodes 256 1024] [--hold 240] [--keep DIR]
 """
 
 from __future__ import annotations
@@ -181,8 +181,9 @@ def agreement(row: dict) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--nodes", type=int, nargs="+", default=[256, 1024])
-    parser.add_argument("--hold", type=float, default=60,
-                        help="seconds each pod stays Running (the kubelet's --no-exec-seconds; default 60)")
+    parser.add_argument("--hold", type=float, default=240,
+                        help="seconds each pod stays Running (the kubelet's --no-exec-seconds; default 240): "
+                             "longer than starting every pod takes, so the deletion meets a job still running")
     parser.add_argument("--keep", help="cluster directory to use and keep (default: a temporary one, removed)")
     args = parser.parse_args()
     # A SIGTERM (a `timeout`) still takes the cluster down, through the finally below.

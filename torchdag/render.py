@@ -70,8 +70,9 @@ def size_problem(plan: Plan, kind: str, spec_bytes: int) -> Problem | None:
     n = len(plan.nodes)
     if spec_bytes > limit:
         return Problem(("nodes",), f"{n} nodes make a {kind} of {spec_bytes} bytes as the API server stores it (JSON), "
-                                   f"over the {limit}-byte limit of one Kubernetes object: split the job, or shorten "
-                                   "args, env and names")
+                                   f"over the {limit}-byte limit Argo's controller holds a Workflow to (it ends a "
+                                   "larger one in Error before its first pod): split the job, or shorten args, env "
+                                   "and names")
     return Problem(("nodes",), f"{n} nodes make a {kind} of {spec_bytes} bytes (JSON), and Argo's status for "
                                f"{attempts} attempt(s) adds about {status} bytes (failurePolicy.maxRestarts "
                                f"{attempts - 1}): over the {limit} bytes Argo keeps in one object, so the Workflow "
