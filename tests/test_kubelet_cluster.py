@@ -179,47 +179,34 @@ def test_argo_terminate_signals_the_running_pod(setup):
     assert "workflow shutdown with strategy Terminate" in kubelet.text()
 
 
-def test_selector_starts_pods_bound_before_their_node_was_served(kube, request, tmp_path):
-    """A pod the scheduler bound before the kubelet served its Node (the pod watch passed it
-    by as not ours) starts once the Node matches: one pod list for every newly served Node."""
-    label = unique("sel")
-    kubelet = KubeletProcess(kubeconfig_for(request), f"torchdag.io/test-group={label}", tmp_path / "state")
-    node = unique("kl-early")
-    namespace = "default"
-    try:
-        wait_for("the kubelet to start", lambda: "serving 0 node(s)" in kubelet.text(), kubelet=kubelet)
-        register_nodes(kube, [node])  # not matching the selector yet
-        kube.request("POST", pod_path(namespace), body={
-            "metadata": {"name": node},
-            "spec": {"restartPolicy": "Never", "nodeSelector": {"kubernetes.io/hostname": node},
-                     "automountServiceAccountToken": False,
-                     "containers": [{"name": "main", "image": "x", "command": ["true"]}]}})
-        wait_for("the pod to be bound", lambda: (kube.get_or_none(pod_path(namespace, node)) or {}).get(
-            "spec", {}).get("nodeName"), timeout=60)
-        kube.request("PATCH", f"/api/v1/nodes/{node}", content_type="application/merge-patch+json",
-                     body={"metadata": {"labels": {"torchdag.io/test-group": label}}})
-        wait_for("the bound pod to end", lambda: phase_of(kube, namespace, node, ("Succeeded",)), timeout=60,
-                 kubelet=kubelet)
-        assert f"serving node {node}" in kubelet.text()
-    finally:
-        kubelet.stop()
-        kube.request("DELETE", pod_path(namespace, node))
-        delete_nodes(kube, [node])
+def create_pinned_pod(kube: Kube, namespace: str, node: str) -> None:
+    """A pod named after its Node, pinned there, running `true`."""
+    kube.request("POST", pod_path(namespace), body={
+        "metadata": {"name": node},
+        "spec": {"restartPolicy": "Never", "nodeSelector": {"kubernetes.io/hostname": node},
+                 "automountServiceAccountToken": False,
+                 "containers": [{"name": "main", "image": "x", "command": ["true"]}]}})
 
 
-def test_selector_serves_nodes_registered_later(kube, request, tmp_path):
+@pytest.mark.parametrize("bound_first", [False, True], ids=["pod-after-node-served", "pod-bound-before"])
+def test_selector_serves_nodes_registered_later(kube, request, tmp_path, bound_first):
+    """A Node that comes to match --selector is served, and its pod runs: one created after,
+    or one the scheduler bound before the kubelet served the Node (the pod watch passed it
+    by as not ours; the kubelet lists such pods once per round of newly served Nodes)."""
     label = unique("sel")
     kubelet = KubeletProcess(kubeconfig_for(request), f"torchdag.io/test-group={label}", tmp_path / "state")
     node = unique("kl-late")
     namespace = "default"
+    selected = {"torchdag.io/test-group": label}
     try:
         wait_for("the kubelet to start", lambda: "serving 0 node(s)" in kubelet.text(), kubelet=kubelet)
-        register_nodes(kube, [node], labels={"torchdag.io/test-group": label})
-        kube.request("POST", pod_path(namespace), body={
-            "metadata": {"name": node},
-            "spec": {"restartPolicy": "Never", "nodeSelector": {"kubernetes.io/hostname": node},
-                     "automountServiceAccountToken": False,
-                     "containers": [{"name": "main", "image": "x", "command": ["true"]}]}})
+        register_nodes(kube, [node], labels=None if bound_first else selected)
+        create_pinned_pod(kube, namespace, node)
+        if bound_first:
+            wait_for("the pod to be bound", lambda: (kube.get_or_none(pod_path(namespace, node)) or {}).get(
+                "spec", {}).get("nodeName"), timeout=60)
+            kube.request("PATCH", f"/api/v1/nodes/{node}", content_type="application/merge-patch+json",
+                         body={"metadata": {"labels": selected}})
         pod = wait_for("the pod on the later Node to end", lambda: phase_of(kube, namespace, node, ("Succeeded",)),
                        timeout=60, kubelet=kubelet)
         assert pod["spec"]["nodeName"] == node
