@@ -104,8 +104,9 @@ def guard(values: Path) -> tuple[str, object, str]:
 
 
 def delete_a_running_pod(layout: Layout, name: str, nodes: dict) -> str | None:
-    """Delete the pod of a node Argo holds Running (a pod of a node Argo still holds Pending
-    it would create again: operator.go's podReconciliation), failing the attempt."""
+    """Delete the pod of a node Argo holds Running, to fail the attempt. Argo creates a
+    missing pod again for a node it holds Pending, and for any unfinished node while some
+    finished pod's task result is incomplete (operator.go; docs/e2e.md)."""
     running = {node["id"].rsplit("-", 1)[-1] for node in nodes.values()
                if node.get("type") == "Pod" and node.get("phase") == "Running"}
     pods = kubectl(layout, "get", "pods", "-l", f"workflows.argoproj.io/workflow={name},torchdag.io/node-rank",
