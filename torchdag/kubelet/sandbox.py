@@ -21,13 +21,12 @@ from pathlib import Path
 SA_PATH = "/var/run/secrets/kubernetes.io/serviceaccount"
 MEMORY_ROOT = Path("/dev/shm/torchdag-kubelet")  # emptyDir medium: Memory
 CREATABLE = ("/var/run/", "/run/", "/dev/")
-MOUNT_SCRIPT = 'while [ "$1" != -- ]; do mount --bind "$1" "$2" || exit 126; shift 2; done; shift; exec "$@"'
+MOUNTS = 'while [ "$1" != -- ]; do mount --bind "$1" "$2" || exit 126; shift 2; done; '
+MOUNT_SCRIPT = MOUNTS + 'shift; exec "$@"'
 # The same when a bind covers the program itself (Argo mounts an emptyDir on /tmp in its own
 # containers, and a checkout under /tmp holds argoexec): the program is opened before the
 # mounts and run through its descriptor.
-MOUNT_SCRIPT_KEEP_PROGRAM = ('exec 9<"$1" || exit 127; shift; '
-                             'while [ "$1" != -- ]; do mount --bind "$1" "$2" || exit 126; shift 2; done; '
-                             'shift 2; exec /proc/self/fd/9 "$@"')
+MOUNT_SCRIPT_KEEP_PROGRAM = 'exec 9<"$1" || exit 127; shift; ' + MOUNTS + 'shift 2; exec /proc/self/fd/9 "$@"'
 
 
 def can_mount() -> bool:
