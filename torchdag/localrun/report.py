@@ -32,6 +32,16 @@ def loss_value(line: str) -> str | None:
     return match.group("to") or match.group("n")
 
 
+def seconds_column(duration: float | None) -> str:
+    """A task's run time as the summary's column shows it: `-` for a task that never started."""
+    return f"{duration:6.1f} s" if duration is not None else f"{'-':>6}  "
+
+
+def seconds_after(duration: float | None) -> str:
+    """` after 2.0 s`, or nothing for a task that never started."""
+    return f" after {duration:.1f} s" if duration is not None else ""
+
+
 def _status(r) -> str:
     if r.returncode == 0:
         return "ok"
@@ -40,7 +50,7 @@ def _status(r) -> str:
 
 def _rows(outcome, indent: str = "  ") -> list[str]:
     width = max([len(r.name) for r in outcome.results] + [4])
-    return [f"{indent}{r.name:<{width}}  {_status(r):<7}  {r.exit_text():<18}  {r.duration:6.1f} s  "
+    return [f"{indent}{r.name:<{width}}  {_status(r):<7}  {r.exit_text():<18}  {seconds_column(r.duration)}  "
             f"last loss: {r.last_loss or '-'}" for r in outcome.results]
 
 
@@ -51,7 +61,7 @@ def _failure(outcome) -> str | None:
     stopped = [r.name for r in outcome.results if r.stopped_by_runner and r.name != outcome.first_failure]
     tail = f"; stopped by the runner: {', '.join(stopped)}" if stopped else ""
     first = next(r for r in outcome.results if r.name == outcome.first_failure)
-    return f"{outcome.first_failure} failed first ({first.exit_text()} after {first.duration:.1f} s){tail}"
+    return f"{outcome.first_failure} failed first ({first.exit_text()}{seconds_after(first.duration)}){tail}"
 
 
 def _ending(outcome) -> list[str]:

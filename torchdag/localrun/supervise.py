@@ -22,7 +22,7 @@ from typing import Callable, TextIO
 from .errors import EXIT_FAILED, EXIT_OK, stopped_code
 from .prepare import LocalTask
 from .procs import MARKER_ENV, ProcessTree, process_table
-from .report import loss_value
+from .report import loss_value, seconds_after
 
 
 @dataclass
@@ -30,14 +30,18 @@ class TaskResult:
     name: str
     pid: int | None = None
     returncode: int | None = None
-    started: float = 0.0
+    started: float | None = None  # time.monotonic() at its start; None: never started
     ended: float | None = None
     stopped_by_runner: str | None = None  # why the runner stopped it (gang stop, timeout, ...)
     last_loss: str | None = None  # the number, as the node printed it
     lines: int = 0
 
     @property
-    def duration(self) -> float:
+    def duration(self) -> float | None:
+        """Seconds it ran (so far), or None for a task that never started (not the time
+        since the machine booted, which time.monotonic() alone would give)."""
+        if self.started is None:
+            return None
         return (self.ended or time.monotonic()) - self.started
 
     def exit_text(self) -> str:
@@ -203,7 +207,7 @@ class Supervisor:
                     tree.signal(signal.SIGKILL)
                     if popen.returncode != 0 and result.stopped_by_runner is None and outcome.first_failure is None:
                         outcome.first_failure = name
-                        self.say(f"{name} failed first ({result.exit_text()} after {result.duration:.1f} s)")
+                        self.say(f"{name} failed first ({result.exit_text()}{seconds_after(result.duration)})")
                         if self.gang_stop:
                             self.request_stop(f"{name} failed")
             if deadline is not None and now >= deadline and self._stop_reason is None:
