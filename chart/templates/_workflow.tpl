@@ -105,6 +105,20 @@ spec:
   - {{ include "torchdag.toleration" . }}
   {{- end }}
   {{- end }}
+  {{- if eq $v.kind "WorkflowTemplate" }}
+  # A run submitted from the template takes its labels and annotations from here only.
+  workflowMetadata:
+    labels:
+      {{- range $key, $value := $plan.labels }}
+      {{ toJson $key }}: {{ toJson $value }}
+      {{- end }}
+    {{- with $v.annotations }}
+    annotations:
+      {{- range $key, $value := . }}
+      {{ toJson $key }}: {{ toJson $value }}
+      {{- end }}
+    {{- end }}
+  {{- end }}
   podMetadata:
     labels:
       {{- range $key, $value := $plan.labels }}
