@@ -55,8 +55,11 @@ def retry_strategy(values: dict) -> dict | None:
     limit = int(policy.get("maxRestarts") or 0)
     if not limit:
         return None
-    return {"limit": str(limit), "retryPolicy": "Always",
-            "backoff": {"duration": f"{int(policy['backoffSeconds'])}s", "factor": "2"}}
+    backoff = {"duration": f"{int(policy['backoffSeconds'])}s", "factor": "2"}
+    if not (values.get("timeouts") or {}).get("workflowDeadline"):
+        # No deadline bounds the doubling waits: Argo's cap does (catalogue restartBackoffCapSeconds).
+        backoff["cap"] = f"{max(int(catalog()['restartBackoffCapSeconds']), int(policy['backoffSeconds']))}s"
+    return {"limit": str(limit), "retryPolicy": "Always", "backoff": backoff}
 
 
 # The gang's name: one per Workflow run (a retried DAG keeps it).

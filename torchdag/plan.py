@@ -87,6 +87,12 @@ class Plan:
         self.master = self.nodes[0]
 
     @property
+    def scheduler_name(self) -> str:
+        """The training pods' scheduler: scheduling.schedulerName, with or without a gang;
+        under a gang its default is the gang scheduler's (catalogue `gangs`)."""
+        return self.gang["scheduler_name"] if self.gang else self.values["scheduling"]["schedulerName"]
+
+    @property
     def labels(self) -> dict:
         """The job's labels: torchdag's own first, then the user's (validation keeps the
         `torchdag.io/` prefix for torchdag)."""

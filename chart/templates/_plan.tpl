@@ -143,7 +143,10 @@ names. Usage: include "torchdag.plan" (dict "root" $ "plan" $plan)
 
 {{- /* jobparts.retry_strategy: whole-job restarts */ -}}
 {{- if $restarts }}{{ $_ := set $plan "retry" (dict "limit" (toString $restarts) "retryPolicy" "Always" "backoff" (dict "duration" (printf "%ds" (int64 $v.failurePolicy.backoffSeconds)) "factor" "2")) }}{{ end -}}
+{{- if and $restarts (not $v.timeouts.workflowDeadline) }}{{ $_ := set $plan.retry.backoff "cap" (printf "%ds" (max (int64 $cat.restartBackoffCapSeconds) (int64 $v.failurePolicy.backoffSeconds))) }}{{ end -}}
 {{- include "torchdag.gang" (dict "plan" $plan "values" $v "catalog" $cat "nodes" $planned) -}}
+{{- /* Plan.scheduler_name: scheduling.schedulerName with or without a gang (a gang's default otherwise) */ -}}
+{{- $_ := set $plan "schedulerName" (ternary ($plan.gang | default dict).schedulerName $v.scheduling.schedulerName (not (empty $plan.gang))) -}}
 
 {{- /* network.network_plan and node_depends: the run's Service, what each node pod adds, what node tasks wait for */ -}}
 {{- $net := $cat.network -}}

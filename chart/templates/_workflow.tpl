@@ -162,6 +162,9 @@ spec:
       backoff:
         duration: {{ toJson .backoff.duration }}
         factor: {{ toJson .backoff.factor }}
+        {{- with .backoff.cap }}
+        cap: {{ toJson . }}
+        {{- end }}
     {{- end }}
     dag:
       failFast: true
@@ -238,10 +241,8 @@ spec:
   {{- end }}
   {{- range $shape := $plan.shapes }}
   - name: {{ toJson $shape.name }}
-    {{- with $plan.gang }}
-    {{- with .schedulerName }}
+    {{- with $plan.schedulerName }}
     schedulerName: {{ toJson . }}
-    {{- end }}
     {{- end }}
     inputs:
       parameters:

@@ -4,7 +4,7 @@ DAG (every node) runs again after a failure, `{{retries}}` counting the restarts
 Argo (workflow/controller/operator.go, processNodeRetries): `limit` is an IntOrString
 (no limit: retry for ever); `retryPolicy` defaults to OnFailure; Always and OnFailure
 retry a failed node, OnError and OnTransientError do not; the wait before restart n is
-`backoff.duration * backoff.factor^(n-1)` (capped by the deprecated `backoff.cap`), and
+`backoff.duration * backoff.factor^(n-1)` (capped by `backoff.cap`), and
 no restart starts when `backoff.maxDuration` after the first attempt's start would pass
 during the wait. Durations are Go durations ("10s", "1m30s") or plain seconds.
 """

@@ -1,0 +1,53 @@
+"""Whole-job restarts without a Workflow deadline: Argo doubles the wait before each restart
+(backoff.duration x factor^(n-1), operator.go processNodeRetries), so with
+timeouts.workflowDeadline: null and many restarts the wait would grow to months. Both
+renderers then give the retryStrategy Argo's backoff.cap (the catalogue's
+restartBackoffCapSeconds, or backoffSeconds when that is longer); with a deadline, rule
+restarts-past-deadline bounds the waits instead and no cap is written."""
+
+from __future__ import annotations
+
+import pytest
+
+from chart_helpers import assert_same_workflow, render_py_workflow
+from helpers import EXAMPLES_DIR, write
+from torchdag.catalog import catalog
+
+CPU = (EXAMPLES_DIR / "cpu.yaml").read_text(encoding="utf-8")
+CAP = catalog()["restartBackoffCapSeconds"]
+
+# (failurePolicy, timeouts, the backoff rendered)
+BACKOFFS = [
+    ("{maxRestarts: 20}", "{workflowDeadline: null}", {"duration": "30s", "factor": "2", "cap": f"{CAP}s"}),
+    ("{maxRestarts: 1, backoffSeconds: 5}", "{workflowDeadline: null}",
+     {"duration": "5s", "factor": "2", "cap": f"{CAP}s"}),
+    ("{maxRestarts: 3, backoffSeconds: 7200}", "{workflowDeadline: null}",
+     {"duration": "7200s", "factor": "2", "cap": "7200s"}),  # the cap never shortens the first wait
+    ("{maxRestarts: 3}", "{}", {"duration": "30s", "factor": "2"}),  # the deadline's rule bounds the waits
+]
+
+
+@pytest.mark.parametrize("policy,timeouts,backoff", BACKOFFS, ids=[f"{p} {t}" for p, t, _ in BACKOFFS])
+def test_restarts_without_a_deadline_get_a_capped_backoff_in_both(policy, timeouts, backoff, helm, tmp_path):
+    values = write(tmp_path, CPU + f"failurePolicy: {policy}\ntimeouts: {timeouts}\n")
+    train = render_py_workflow(values)["spec"]["templates"][0]
+    assert train["retryStrategy"]["backoff"] == backoff
+    assert_same_workflow(helm, values)
+
+
+def test_the_cap_bounds_every_wait_as_argo_computes_it(tmp_path):
+    """What Argo would wait before each of 20 restarts, from the rendered retryStrategy (the
+    local runner reads it as the controller does): nothing over the cap, in all under a day."""
+    from torchdag.localrun.retry import retry_policy
+
+    document = render_py_workflow(write(tmp_path, CPU + "failurePolicy: {maxRestarts: 20}\n"
+                                                        "timeouts: {workflowDeadline: null}\n"))
+    policy = retry_policy(document, document["spec"]["templates"][0])
+    waits = [policy.delay(restart) for restart in range(1, 21)]
+    assert waits[:3] == [30, 60, 120] and max(waits) == CAP
+    assert sum(waits) < 86400  # uncapped: 30 s x (2^20 - 1), about a year
+
+
+def test_no_restarts_no_retry_strategy(tmp_path):
+    train = render_py_workflow(write(tmp_path, CPU + "timeouts: {workflowDeadline: null}\n"))["spec"]["templates"][0]
+    assert "retryStrategy" not in train
