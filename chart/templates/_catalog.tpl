@@ -609,6 +609,7 @@ The catalogue as JSON; read it with `include "torchdag.catalog" . | fromJson`. *
       "k": 1000
     }
   },
+  "restartBackoffCapSeconds": 3600,
   "setEnvWrapper": "set_env=\"$1\"; shift; if [ ! -r \"$set_env\" ]; then echo \"torchdag: cannot read $set_env (ascend.setEnvScript)\"; exit 127; fi; . \"$set_env\"; exec -- \"$@\"",
   "shmVolume": {
     "mountPath": "/dev/shm",
