@@ -290,8 +290,6 @@ BAD_CASES = [
     _case("network-host-beside-host-network-false", "hostNetwork",
           "which means the pod network, but network.mode is host",
           _all(_set("network", {"mode": "host"}), _set("hostNetwork", False))),
-    _case("pod-network-service-name-digit", "name", "a Service name starts with a letter",
-          _all(_set("name", "7train"), _set("network", {"mode": "pod"}))),
     _case("pod-security-on-the-host-network", "podSecurity", "'baseline' refuses hostNetwork",
           _set("podSecurity", "baseline")),
     _case("pod-security-host-path", "volumes[0].hostPath", "is a hostPath volume, which Pod Security baseline",

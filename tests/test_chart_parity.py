@@ -257,6 +257,8 @@ def values_strategy(draw) -> dict:
             scheduling["gang"] = "none"
     if isinstance(scheduling, dict) and scheduling.get("gang") == "kueue" and not scheduling.get("queue"):
         scheduling["queue"] = "team-a"  # Kueue needs its LocalQueue (refusal tested in test_gang.py)
+    if isinstance(scheduling, dict) and scheduling.get("gang", "none") in ("none", "coscheduling"):
+        scheduling.pop("queue", None)  # nothing would read it (refusal tested in test_scheduling_keys.py)
     kubernetes_valid(values)
     network_strategy.fit(values)
     return fit_values(values)  # ports, timeouts and restarts that can work (refusals: tests/fit_cases.py)

@@ -15,8 +15,10 @@ from torchdag.values import load_schema
 
 CHART_LOGIC = ("_plan.tpl", "_validate.tpl", "_helpers.tpl")
 CHART_LOGIC_LIMIT = 520  # non-blank lines, issue 20
-# Rules only one renderer has: the chart's placeholders exist only in chart/values.yaml.
-ONE_TWIN = {"chart-placeholder": "chart"}
+# Rules only one renderer has: the chart's placeholders exist only in chart/values.yaml; the
+# chart names its Workflow after the release (checked there), render.py its runs after `name`.
+ONE_TWIN = {"chart-placeholder": "chart", "release-name-service": "chart", "name-run-length": "python",
+            "network-service-name": "python"}
 
 
 def tracked(pattern: str) -> list[str]:

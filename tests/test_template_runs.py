@@ -6,6 +6,7 @@ job's labels and annotations there, so `argo list -l torchdag.io/job=NAME` finds
 from __future__ import annotations
 
 import pytest
+
 from chart_helpers import assert_same_workflow, chart_workflow, render_py_workflow
 from helpers import CASES, EXAMPLE, write
 

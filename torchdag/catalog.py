@@ -59,6 +59,12 @@ def problem(rule: str, path: tuple, **fields: Any) -> Problem:
 # --- facts -----------------------------------------------------------------------------
 
 
+def executor_token_secret(account: str) -> str:
+    """The Secret Argo mounts for executor.serviceAccountName when the account names none
+    (util/secrets TokenName): `<account>.service-account-token`."""
+    return f"{account}.service-account-token"
+
+
 def accelerator(kind: str) -> dict:
     """One accelerator kind's entry, with its device kind's facts merged in."""
     entry = catalog()["accelerators"][kind]

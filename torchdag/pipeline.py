@@ -53,7 +53,8 @@ class Rendered:
     def warnings(self) -> list[str]:
         """Advice that does not stop rendering (printed on stderr)."""
         nodes = self.values["nodes"]
-        advice = self._hccl_port_warnings() + self._full_crd_warnings()
+        advice = (self._hccl_port_warnings() + self._full_crd_warnings() + self._executor_token_warnings()
+                  + self._shared_claim_warnings())
         if self.plan.network:
             return advice + [f"{self.source}: nodes[{index}].address: unused on the pod network (network.mode: pod): "
                              "the other nodes reach this node by its pod's DNS name; remove it"
@@ -67,6 +68,27 @@ class Rendered:
             if not node.get("nic")
         ]
 
+
+    def _executor_token_warnings(self) -> list[str]:
+        """The executor's token Secret, which Argo mounts and Kubernetes >= 1.24 no longer makes."""
+        account = self.values["executorServiceAccountName"]
+        if not account:
+            return []
+        text = catalog.fill(catalog.catalog()["warnings"]["executor-token-secret"],
+                            {"secret": catalog.executor_token_secret(account), "account": account})
+        return [f"{self.source}: executorServiceAccountName: {text}"]
+
+    def _shared_claim_warnings(self) -> list[str]:
+        """A claim every machine mounts read-write: only ReadWriteMany works (the access mode is
+        the claim's, which the values cannot show, so this is advice)."""
+        count = len(self.values["nodes"])
+        if count < 2:
+            return []
+        text = catalog.catalog()["warnings"]["shared-claim"]
+        return [f"{self.source}: volumes[{index}].persistentVolumeClaim: "
+                + catalog.fill(text, {"claim": volume["persistentVolumeClaim"]["claimName"], "count": count})
+                for index, volume in enumerate(self.values["volumes"])
+                if volume.get("persistentVolumeClaim") and not volume.get("readOnly")]
 
     def _full_crd_warnings(self) -> list[str]:
         limit = catalog.catalog()["argoFullCrdMaxItems"]

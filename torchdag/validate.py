@@ -15,6 +15,7 @@ from typing import Any
 
 from . import catalog
 from .catalog import problem
+from .network import is_pod
 from .problems import Problem
 from .schema_check import schema_problems, show
 from .values import load_schema
@@ -265,11 +266,32 @@ def _resource_problems(values: dict) -> list[Problem]:
     return problems
 
 
+def _name_problems(values: dict) -> list[Problem]:
+    """Rules name-run-length and network-service-name: what render.py's run names need of
+    `name` and the chart's do not (it names the Workflow after the release and checks that)."""
+    name, limit = values.get("name"), catalog.catalog()["runNameMaxLength"]
+    if isinstance(name, str) and limit < len(name) <= 63:  # longer: the schema's maxLength says it
+        return [problem("name-run-length", ("name",), shown=show(name), length=len(name), limit=limit)]
+    return _service_name_problems(values)
+
+
+def _service_name_problems(values: dict) -> list[Problem]:
+    """Rule network-service-name (render.py only): on the pod network each run's headless
+    Service is named after the Workflow, `<name>-` plus Argo's suffix, and a Service name is a
+    DNS-1035 label. The chart names the Workflow after the release and checks that instead
+    (release-name-service), so `name` is not held to it there."""
+    name = values.get("name")
+    network = {"network": _section(values, "network"), "hostNetwork": values.get("hostNetwork")}
+    if isinstance(name, str) and name[:1].isdigit() and is_pod(network):
+        return [problem("network-service-name", ("name",), shown=show(name))]
+    return []
+
+
 def semantic_problems(values: dict) -> list[Problem]:
     """Rules across fields. They read only what has the schema's shape, so they run
     beside the schema check and every independent problem is reported at once."""
     return (_node_problems(values) + backend_problems(values) + _size_problems(values) + _volume_problems(values)
-            + _resource_problems(values))
+            + _resource_problems(values) + _name_problems(values))
 
 
 def validate(values: Any) -> list[Problem]:
