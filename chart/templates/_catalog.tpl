@@ -529,9 +529,12 @@ The catalogue as JSON; read it with `include "torchdag.catalog" . | fromJson`. *
     "arg-too-long": "is {bytes} bytes; Linux refuses a single argument over {limit} bytes (MAX_ARG_STRLEN)",
     "chart-placeholder": "is required: values.yaml holds only a placeholder ({placeholder}); set it in your values file (helm install NAME chart -f cluster.yaml)",
     "env-too-long": "is {bytes} bytes; Linux refuses an environment string over {limit} bytes (MAX_ARG_STRLEN)",
+    "name-run-length": "{shown} is {length} characters; render.py names each run after it (generateName '<name>-' plus 5 random characters) and takes at most {limit}, the longest its annotation budget counts on (Argo writes the run's name into every pod's annotations); the chart, which names the Workflow after the release, takes up to 63",
+    "network-service-name": "{shown} starts with a digit: on the pod network each run's headless Service is named after the Workflow (<name>-xxxxx), and a Service name starts with a letter (DNS-1035)",
     "node-duplicate-address": "'{address}' is also the address of nodes[{first}]; each node needs its own address",
     "node-duplicate-name": "'{name}' duplicates nodes[{first}].name; each machine is listed once",
     "node-two-masters": "more than one master: nodes[{first}] is the master already; at most one node may set master: true",
+    "release-name-service": "{shown}: on the pod network (network.mode: pod) the release name names the run's headless Service and is every node pod's subdomain, so it must be a DNS-1035 label: lowercase letters, digits and '-', starting with a letter and ending with a letter or digit, at most 63 characters; choose another release name",
     "resources-request-over-limit": "is {request}, above its limit {limit}: Kubernetes refuses a container that requests more than its limit; lower the request or raise the limit",
     "restarts-past-deadline": "{restarts} restarts cannot all happen: Argo waits failurePolicy.backoffSeconds ({backoff} s) before the first and doubles it before each further one, so the waits before restart {next} alone add up to {waited} s, and Argo retries nothing past timeouts.workflowDeadline ({deadline} s); at most {fit} fit: lower maxRestarts or backoffSeconds, or raise the deadline",
     "string-argo-braces": "{shown} contains '{{ "{{" }}', which Argo would read as a placeholder and cannot escape; remove it",
@@ -610,6 +613,7 @@ The catalogue as JSON; read it with `include "torchdag.catalog" . | fromJson`. *
     }
   },
   "restartBackoffCapSeconds": 3600,
+  "runNameMaxLength": 52,
   "setEnvWrapper": "set_env=\"$1\"; shift; if [ ! -r \"$set_env\" ]; then echo \"torchdag: cannot read $set_env (ascend.setEnvScript)\"; exit 127; fi; . \"$set_env\"; exec -- \"$@\"",
   "shmVolume": {
     "mountPath": "/dev/shm",
@@ -641,6 +645,10 @@ The catalogue as JSON; read it with `include "torchdag.catalog" . | fromJson`. *
       "none": "",
       "some": "queue {queue}, "
     }
+  },
+  "warnings": {
+    "executor-token-secret": "Argo mounts the Secret '{secret}' (the ServiceAccount's token) into every pod, and Kubernetes 1.24 and later no longer create it: create it once, after the ServiceAccount, as type kubernetes.io/service-account-token with the annotation kubernetes.io/service-account.name: {account} (the chart's rbac.create does; docs/values.md shows the manifest), or every pod waits in ContainerCreating",
+    "shared-claim": "claim '{claim}' is mounted read-write on all {count} machines: it must be ReadWriteMany, as a ReadWriteOnce claim attaches to one machine and every other pod waits in a Multi-Attach error (a ReadOnlyMany claim needs readOnly: true)"
   }
 }
 {{- end -}}
