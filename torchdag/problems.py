@@ -4,7 +4,7 @@ a file's problems together are one ValuesError (exit status 2)."""
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable, Iterable, Sequence, Union
 
 from .errors import TorchdagError
@@ -33,6 +33,9 @@ def format_path(parts: Sequence[PathPart]) -> str:
 class Problem:
     path: tuple
     message: str
+    # Several values files: the field whose file the problem is reported in, when not `path`
+    # itself (a key a rule asks for because of another key no file sets it: that key's file).
+    cause: tuple | None = field(default=None, compare=False)
 
     def line(self, source: str) -> str:
         return f"{source}: {format_path(self.path)}: {self.message}"
@@ -50,7 +53,7 @@ class ValuesError(TorchdagError):
         super().__init__("\n".join(self.lines()))
 
     def lines(self) -> list[str]:
-        return [p.line(self.blame(p.path) if self.blame else self.source) for p in self.problems]
+        return [p.line(self.blame(p.path, p.cause) if self.blame else self.source) for p in self.problems]
 
 
 def _sort_key(problem: Problem):

@@ -43,7 +43,7 @@ def _validator():
 def schema_problems(values: Any) -> list[Problem]:
     problems = []
     for error in _validator().iter_errors(values):
-        problems.extend(_explain(error))
+        problems.extend(_explain(error, values))
     return problems
 
 
@@ -83,7 +83,26 @@ def _rule_message(error: jsonschema.ValidationError, missing: str | None = None)
     return fill(message, {"value": show(error.instance), "default": default})
 
 
-def _explain(error: jsonschema.ValidationError) -> Iterator[Problem]:
+def _rule_condition(error: jsonschema.ValidationError, document: Any) -> tuple | None:
+    """For a rule of the document's own `allOf` that asks something of one key because of
+    another (`if: {required: [K]}`, or an `anyOf` of such conditions: the first that holds),
+    the path of K: e.g. automountServiceAccountToken for executorServiceAccountName, rbac for
+    serviceAccountName. Several values files report a key no file sets in K's file."""
+    node: Any = load_schema()
+    for part in error.schema_path:
+        if part in ("then", "else") and isinstance(node, dict):
+            condition = node.get("if") or {}
+            held = [branch for branch in condition.get("anyOf", [])
+                    if jsonschema.Draft202012Validator(branch).is_valid(document)]
+            required = (held[0] if held else condition).get("required") or []
+            return (required[0],) if required else None
+        if part != "allOf" and not isinstance(part, int):
+            return None  # not a rule at the document's top
+        node = node[part]
+    return None
+
+
+def _explain(error: jsonschema.ValidationError, document: Any) -> Iterator[Problem]:
     path = tuple(error.absolute_path)
     kind = error.validator
     schema = error.schema if isinstance(error.schema, dict) else {}
@@ -96,9 +115,9 @@ def _explain(error: jsonschema.ValidationError) -> Iterator[Problem]:
         return
     if kind == "required":
         missing = error.message.split("'")[1]
-        yield Problem(path + (missing,), rule or "is required")
+        yield Problem(path + (missing,), rule or "is required", cause=_rule_condition(error, document))
     elif rule:
-        yield Problem(path, rule)
+        yield Problem(path, rule, cause=_rule_condition(error, document))
     elif kind == "additionalProperties":
         known = sorted(schema.get("properties", {}))
         for key in sorted(set(value) - set(known)):

@@ -20,7 +20,7 @@ def read_all(paths: Sequence[str | Path]) -> Loaded:
     _, too_big = number_problems(merged)
     named = [(each.source, each.values) for each in files]
     return Loaded(merged, " + ".join(each.source for each in files), too_big,
-                  lambda path: blame(named, path))
+                  lambda path, cause=None: blame(named, path, cause))
 
 
 def _step(value: Any, part: Any) -> tuple[bool, Any]:
@@ -31,16 +31,19 @@ def _step(value: Any, part: Any) -> tuple[bool, Any]:
     return False, None
 
 
-def blame(files: list[tuple[str, Any]], path: tuple) -> str:
+def blame(files: list[tuple[str, Any]], path: tuple, cause: tuple | None = None) -> str:
     """The file a field's merged value came from, as merge_maps builds it: at each step of
     the path the last file that has the key decides, and where its value and earlier files'
     are mappings they merged, so those files stay candidates for the rest of the path. A key
     no file sets is reported in the last file that reaches its parent (the first file for a
-    top-level one)."""
+    top-level one), unless a rule asks for it because of another field, `cause`
+    (executorServiceAccountName for automountServiceAccountToken: false): then in that one's."""
     candidates, owner = list(files), files[0][0]
     for part in path:
         present = [(name, found[1]) for name, value in candidates if (found := _step(value, part))[0]]
         if not present:
+            if cause and part == path[0]:
+                return blame(files, cause)
             break
         owner = present[-1][0]
         merged = []

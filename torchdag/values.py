@@ -173,7 +173,7 @@ class Loaded:
     values: dict  # as the file says, before the defaults
     source: str  # the file's name in messages
     too_big: list[Problem]  # integers beyond 2^53: reported with the validate phase's problems
-    blame: Callable[[tuple], str] | None = None  # several files: which one a field's problem is reported in
+    blame: Callable[..., str] | None = None  # several files: which one a field's (path, cause) problem is reported in
 
 
 def parse(text: str, source: str) -> Loaded:
