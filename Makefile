@@ -60,10 +60,13 @@ ASCEND_VENV := .venv-ascend
 ASCEND_STAMP := $(ASCEND_VENV)/.installed
 ASCEND_REQ := requirements-ascend-test.txt
 
-.PHONY: help setup render check test test-fast golden smoke chart-sync bench bench-cluster lint clean ascend-venv argo-lint go-tools cluster-up cluster-nodes cluster-kubelet cluster-down e2e
+.PHONY: help setup render check helm test test-fast golden smoke chart-sync bench bench-cluster lint clean ascend-venv argo-lint go-tools cluster-up cluster-nodes cluster-kubelet cluster-down e2e
 
+# Each target's `## ` text, in one column after the longest name (awk: no fixed tab stop to outgrow).
 help: ## list the targets
-	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 14
+	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | \
+		awk -F '\t' '{ name[NR] = $$1; text[NR] = $$2; if (length($$1) > width) width = length($$1) } \
+		END { for (i = 1; i <= NR; i++) printf "%-" width "s  %s\n", name[i], text[i] }'
 
 $(VENV_STAMP): requirements-dev.txt requirements-fast.txt requirements-render.txt
 	$(PYTHON_SYS) -m venv $(VENV)
@@ -221,6 +224,11 @@ render: $(RENDER_STAMP) ## render VALUES (default examples/cluster.yaml) to OUT/
 check: $(RENDER_STAMP) ## validate VALUES only (light venv, no torch)
 	$(RENDER_PY) render.py --check $(VALUES)
 
+# The chart's twin of `make render`: its spec is byte for byte render.py's (tests/test_chart_parity.py).
+RELEASE ?= torchdag
+helm: $(HELM) ## print the chart's Workflow for VALUES (helm template RELEASE chart -f VALUES; RELEASE default torchdag)
+	@$(HELM) template $(RELEASE) chart -f $(VALUES)
+
 # The fast tier: the render venv's requirements and the test and lint tools, no torch and no
 # Go (requirements-fast.txt); a venv with pip, which tests/test_packaging.py builds wheels with.
 FAST_VENV := .venv-fast
@@ -235,7 +243,7 @@ $(FAST_STAMP): requirements-fast.txt requirements-render.txt
 	$(FAST_VENV)/bin/python -m pip install $(PIP_FLAGS) -r requirements-fast.txt
 	touch $@
 
-test-fast: $(FAST_STAMP) $(HELM) ## every render, schema, chart and front-door test: no torch, no Go (a minute or two)
+test-fast: $(FAST_STAMP) $(HELM) ## every render, schema, chart and front-door test: no torch, no Go (a few minutes)
 	HELM=$(abspath $(HELM)) $(FAST_VENV)/bin/python -m pytest -n 2 -m "$(FAST_MARKERS)" tests
 
 test: lint $(VENV_STAMP) $(HELM) $(ASCEND_STAMP) $(ARGOLINT) $(ARGOLINT_V3) $(KUBEEXPAND) $(PODSECURITY) $(COREDNS) $(CLUSTER_BINS) $(WORKFLOW_CONTROLLER) $(ARGOEXEC) $(KUBECTL) ## lint, then install everything and run the whole test suite
