@@ -1,6 +1,6 @@
 """The admins' paths end to end (issue 17, points 4 and 5): `helm install` of the chart with
 `rbac.create`, and a WorkflowTemplate registered with kubectl and then referenced by a
-Workflow (what `argo submit --from` creates), each run to Succeeded by the real controller
+Workflow (what `argo submit --from` creates), found by the job's label, each run to Succeeded by the real controller
 with the process kubelet running the pods, under the RBAC the chart (or docs/gang.md) grants."""
 
 from __future__ import annotations
@@ -54,3 +54,9 @@ def test_a_workflowtemplate_referenced_by_a_workflow_runs_to_succeeded(job):
     assert wf["status"]["phase"] == "Succeeded", job.explain(name)
     # Argo stores the template's spec in the Workflow's status: the one object holds both.
     assert wf["status"]["storedWorkflowTemplateSpec"]["templates"], "no stored template spec"
+    # The run takes the job's labels from the template's spec.workflowMetadata (the controller's
+    # updateWorkflowMetadata), so `argo list -l torchdag.io/job=NAME` finds runs from templates too.
+    job_label = template["metadata"]["labels"]["torchdag.io/job"]
+    assert wf["metadata"]["labels"]["torchdag.io/job"] == job_label
+    found = job.cluster.get("workflows", "-n", job.namespace, "-l", f"torchdag.io/job={job_label}")["items"]
+    assert [item["metadata"]["name"] for item in found] == [name]
