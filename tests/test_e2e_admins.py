@@ -1,7 +1,8 @@
 """The admins' paths end to end (issue 17, points 4 and 5): `helm install` of the chart with
-`rbac.create`, and a WorkflowTemplate registered with kubectl and then referenced by a
-Workflow (what `argo submit --from` creates), found by the job's label, each run to Succeeded by the real controller
-with the process kubelet running the pods, under the RBAC the chart (or docs/gang.md) grants."""
+`rbac.create` (also for an executor account whose token Secret the chart creates), and a
+WorkflowTemplate registered with kubectl and then referenced by a Workflow (what `argo submit
+--from` creates), found by the job's label, each run to Succeeded by the real controller with
+the process kubelet running the pods, under the RBAC the chart (or docs/gang.md) grants."""
 
 from __future__ import annotations
 
@@ -35,6 +36,38 @@ def test_helm_install_with_rbac_create_runs_to_succeeded(job):
         wf = job.wait_finished(name, timeout=300)
         assert wf["status"]["phase"] == "Succeeded", job.explain(name)
         assert {pod["spec"]["serviceAccountName"] for pod in job.pods(name)} == {"trainer"}
+    finally:
+        subprocess.run([*helm, "uninstall", "training"], capture_output=True, timeout=120)
+
+
+def test_rbac_create_gives_the_executor_account_its_token_secret(job):
+    """automountServiceAccountToken: false: the pods carry no token of their own, and Argo's
+    executor reports with the token of executorServiceAccountName, which the controller mounts
+    from the Secret `<account>.service-account-token`. Kubernetes >= 1.24 does not create it;
+    the chart's rbac.create does, and the token controller fills it in."""
+    job.cluster.kubectl("delete", "rolebinding", "torchdag-executor", "-n", job.namespace)
+    job.cluster.kubectl("create", "serviceaccount", "argo-exec", "-n", job.namespace)
+    values = job.values([dict(n) for n in TWO_NODES], ARGS,
+                        extra="automountServiceAccountToken: false\nexecutorServiceAccountName: argo-exec\n"
+                              "rbac: {create: true}\n")
+    job.start(values)
+    helm = [str(REPO / ".tools" / "bin" / "helm"), f"--kubeconfig={job.cluster.kubeconfig}", "-n", job.namespace]
+    installed = subprocess.run([*helm, "install", "training", str(REPO / "chart"), "-f", str(values)],
+                               capture_output=True, text=True, timeout=120)
+    assert installed.returncode == 0, installed.stderr
+    try:
+        secret = job.cluster.get("secret", "argo-exec.service-account-token", "-n", job.namespace)
+        assert secret["type"] == "kubernetes.io/service-account-token"
+        (workflow,) = job.cluster.get("workflows", "-n", job.namespace)["items"]
+        name = workflow["metadata"]["name"]
+        wf = job.wait_finished(name, timeout=300)
+        assert wf["status"]["phase"] == "Succeeded", job.explain(name)
+        filled = job.cluster.get("secret", "argo-exec.service-account-token", "-n", job.namespace)
+        assert filled.get("data", {}).get("token"), "the token controller did not fill the Secret in"
+        for pod in job.pods(name):
+            assert pod["spec"].get("automountServiceAccountToken") is False
+            assert {"name": "exec-sa-token", "secret": {"secretName": "argo-exec.service-account-token",
+                                                        "defaultMode": 420}} in pod["spec"]["volumes"]
     finally:
         subprocess.run([*helm, "uninstall", "training"], capture_output=True, timeout=120)
 
