@@ -45,6 +45,8 @@ def seconds_after(duration: float | None) -> str:
 def _status(r) -> str:
     if r.returncode == 0:
         return "ok"
+    if r.returncode is None and r.pid is None:
+        return "skipped"  # never started: the runner stopped before its turn
     return "stopped" if r.stopped_by_runner else "FAILED"
 
 
