@@ -92,8 +92,8 @@ def _rule_condition(error: jsonschema.ValidationError, document: Any) -> tuple |
     for part in error.schema_path:
         if part in ("then", "else") and isinstance(node, dict):
             condition = node.get("if") or {}
-            held = [branch for branch in condition.get("anyOf", [])
-                    if jsonschema.Draft202012Validator(branch).is_valid(document)]
+            held = [branch for branch in condition.get("anyOf", [])  # with $defs, for a branch's $ref
+                    if _Validator({**branch, "$defs": load_schema()["$defs"]}).is_valid(document)]
             required = (held[0] if held else condition).get("required") or []
             return (required[0],) if required else None
         if part != "allOf" and not isinstance(part, int):
