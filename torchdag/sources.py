@@ -39,10 +39,10 @@ def blame(files: list[tuple[str, Any]], path: tuple, cause: tuple | None = None)
     top-level one), unless a rule asks for it because of another field, `cause`
     (executorServiceAccountName for automountServiceAccountToken: false): then in that one's."""
     candidates, owner = list(files), files[0][0]
-    for part in path:
+    for depth, part in enumerate(path):
         present = [(name, found[1]) for name, value in candidates if (found := _step(value, part))[0]]
         if not present:
-            if cause and part == path[0]:
+            if cause and depth == 0:
                 return blame(files, cause)
             break
         owner = present[-1][0]
