@@ -165,6 +165,7 @@ spec:
       - name: "service"
         template: "service"
       {{- end }}
+      {{- if not $plan.loops }}
       {{- range $plan.nodes }}
       - name: {{ toJson .task }}
         template: {{ toJson .shape.name }}
@@ -177,6 +178,27 @@ spec:
           - name: {{ index . 0 | toJson }}
             value: {{ index . 1 | toJson }}
           {{- end }}
+      {{- end }}
+      {{- else }}
+      # A task per group of machines of one template, an item per machine (withItems): a task
+      # per machine would pass the tasks Argo's full CRDs allow in a DAG.
+      {{- range $plan.loops }}
+      - name: {{ toJson .task }}
+        template: {{ toJson .shape.name }}
+        {{- with $plan.depends }}
+        depends: {{ toJson . }}
+        {{- end }}
+        arguments:
+          parameters:
+          {{- range .arguments }}
+          - name: {{ index . 0 | toJson }}
+            value: {{ index . 1 | toJson }}
+          {{- end }}
+        withItems:
+        {{- range .items }}
+        - {{ . }}
+        {{- end }}
+      {{- end }}
       {{- end }}
   {{- if and $plan.gang $plan.gang.manifest }}
   # The job's one gang: created before any training pod, deleted with the Workflow.
