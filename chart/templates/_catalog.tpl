@@ -570,6 +570,20 @@ The catalogue as JSON; read it with `include "torchdag.catalog" . | fromJson`. *
     ],
     "task": "service"
   },
+  "nodeLoops": {
+    "keys": {
+      "host": "host",
+      "if-ip": "ip",
+      "nic": "nic",
+      "node-rank": "rank"
+    },
+    "maxItems": 128,
+    "naming": [
+      "host",
+      "node-rank"
+    ],
+    "task": "nodes-{index}"
+  },
   "nullMessage": "is null, which would delete {default}; remove the line to keep the default, or give a value",
   "plannedLauncherFlags": [
     "rdzv_backend",
