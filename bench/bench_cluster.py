@@ -219,7 +219,8 @@ def main() -> int:
                   f"{row['largest_bytes']} B stored, {row['largest_packed_bytes']} B packed, compressed "
                   f"{row['compressed']}, {row['pod_nodes_largest']} pod nodes, second attempt {row['second_attempt']}; "
                   f"all first-attempt pods started {row['create_to_all_started_s']} s after create, all "
-                  f"second-attempt ones {row['first_deletion_to_all_restarted_s']} s after the first deletion; ended {row['phase']} in {row['total_s']} s "
+                  f"second-attempt ones {row['first_deletion_to_all_restarted_s']} s after the first deletion; "
+                  f"ended {row['phase']} in {row['total_s']} s "
                   f"{row['message']!r}; {row['agreement']}", flush=True)
     finally:
         procs.stop(layout, "kubelet", Path(sys.executable), grace=30)
