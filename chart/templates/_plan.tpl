@@ -203,7 +203,7 @@ names. Usage: include "torchdag.plan" (dict "root" $ "plan" $plan)
 {{- $count := len .nodes -}}
 {{- $fill := dict "group" $group "count" (toString $count) "queue" ($scheduling.queue | default "") -}}
 {{- $watch := concat $scheduling.watchCommand (list (printf "--workflow=%s" $group) "--namespace={{workflow.namespace}}" (printf "--pods=%d" $count) (printf "--timeout=%d" (int64 $scheduling.timeout))) -}}
-{{- $gang := dict "kind" $scheduling.gang "schedulerName" ($scheduling.schedulerName | default $entry.schedulerName) "watch" (replace "$" "$$" (toJson $watch) | fromJsonArray) -}}
+{{- $gang := dict "kind" $scheduling.gang "schedulerName" ($scheduling.schedulerName | default $entry.schedulerName) "watch" (replace "$" "$$" (toJson $watch) | fromJsonArray) "roleAnnotation" $entry.roleAnnotation -}}
 {{- range $field, $source := dict "labels" $entry.podLabels "annotations" $entry.podAnnotations -}}
 {{- $pairs := list -}}
 {{- range $key, $value := $source }}{{ $pairs = append $pairs (list $key (include "torchdag.fill" (dict "text" $value "fields" $fill))) }}{{ end -}}

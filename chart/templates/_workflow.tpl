@@ -8,6 +8,11 @@ Every scalar leaves through toJson. User values are never passed through `tpl`.
 
 {{- $plan := dict -}}
 {{- $_ := include "torchdag.plan" (dict "root" $ "plan" $plan) -}}
+{{- /* render.gang_problem: more node templates than the gang scheduler admits podSets (Kueue) */ -}}
+{{- with $plan.gang }}{{ $entry := index $plan.catalog.gangs .kind }}{{ if gt (len $plan.shapes) (int ($entry.maxPodSets | default (len $plan.shapes))) -}}
+{{- $names := list }}{{ range $plan.shapes }}{{ $names = append $names .name }}{{ end -}}
+{{- fail (printf "invalid values (1 problem):\nscheduling.gang: %s" (include "torchdag.fill" (dict "text" $entry.tooManyPodSets "fields" (dict "count" (len $plan.shapes) "max" $entry.maxPodSets "names" (join ", " $names))))) -}}
+{{- end }}{{ end -}}
 {{- $v := .Values -}}
 {{- $workflow := $v.workflow -}}
 {{- include "torchdag.summaryComment" (dict "plan" $plan "values" $v) }}
@@ -261,6 +266,9 @@ spec:
       annotations:
         {{- range $plan.gang.annotations }}
         {{ index . 0 | toJson }}: {{ index . 1 | toJson }}
+        {{- end }}
+        {{- with $plan.gang.roleAnnotation }}
+        {{ toJson . }}: {{ toJson $shape.name }}
         {{- end }}
       {{- end }}
       labels:
