@@ -394,6 +394,7 @@ The catalogue as JSON; read it with `include "torchdag.catalog" . | fromJson`. *
       "schedulerName": "scheduler-plugins-scheduler"
     },
     "kueue": {
+      "maxPodSets": 8,
       "podAnnotations": {
         "kueue.x-k8s.io/pod-group-total-count": "{count}"
       },
@@ -402,7 +403,9 @@ The catalogue as JSON; read it with `include "torchdag.catalog" . | fromJson`. *
         "kueue.x-k8s.io/pod-group-name": "{group}",
         "kueue.x-k8s.io/queue-name": "{queue}"
       },
-      "schedulerName": ""
+      "roleAnnotation": "kueue.x-k8s.io/role-hash",
+      "schedulerName": "",
+      "tooManyPodSets": "kueue makes a Workload podSet of each node template, and these nodes make {count} templates (they differ in accelerator, devices, resources or NIC mode: {names}); a Workload holds at most {max} podSets, so Kueue would never admit the gang: make the nodes alike, or use volcano or coscheduling"
     },
     "volcano": {
       "podAnnotations": {
