@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import pytest
 import yaml
-
 from test_render_size import big_values
+
 from torchdag.pipeline import build
 
 MACHINES = 4096
