@@ -10,6 +10,7 @@ import pytest
 import yaml
 from test_render_size import big_values
 
+from crd_helpers import podgroup_from_workflow, validate_crd_object
 from torchdag.pipeline import build
 
 MACHINES = 4096
@@ -40,8 +41,9 @@ def test_a_kueue_gang_of_4096_machines_is_one_podset(rendered):
 
 @pytest.mark.parametrize("kind", ["volcano", "coscheduling"])
 def test_the_podgroup_counts_every_machine_and_device(rendered, kind):
-    gang = next(t for t in rendered[kind]["spec"]["templates"] if t["name"] == "gang")
-    spec = yaml.safe_load(gang["resource"]["manifest"])["spec"]
+    group = podgroup_from_workflow(rendered[kind])
+    assert validate_crd_object(group) == []  # the projects' own CRD schemas (tests/crds)
+    spec = group["spec"]
     assert spec["minMember"] == MACHINES
     if kind == "volcano":
         assert spec["minResources"] == {"huawei.com/Ascend910": str(MACHINES * 8)}
