@@ -33,24 +33,25 @@ def test_a_workflow_past_1_mib_offloads_its_node_status_through_a_restart(job): 
     assert LIMIT - 700 < json_size(workflow) < LIMIT
     path = job.dir / "padded.json"
     path.write_text(json.dumps(workflow))
-    job.start(values, "--no-exec", "--no-exec-seconds", "45")
+    job.start(values, "--no-exec", "--no-exec-seconds", "60")
     name = job.submit(path)
 
-    def all_running():
-        pods = [p for p in job.pods(name) if rank_of(p) is not None and p["status"].get("phase") == "Running"]
-        return pods if len(pods) == len(nodes) else None
+    def running():
+        return [p for p in job.pods(name) if rank_of(p) is not None and p["status"].get("phase") == "Running"
+                and f"{name}(0)." in p["metadata"]["annotations"].get("workflows.argoproj.io/node-name", "")]
 
     def second_attempt():
         return any(f"{name}(1)." in p["metadata"]["annotations"].get("workflows.argoproj.io/node-name", "")
                    for p in job.pods(name))
 
-    # A pod deleted before Argo has seen it Running is made again (docs/e2e.md): delete one
-    # until the second attempt starts. The node status is offloaded, so the pods are read.
+    job.cluster.wait_for("every node's pod Running", lambda: len(running()) == len(nodes), timeout=300, every=1)
+    # A pod deleted before Argo has seen it Running is made again (docs/e2e.md): delete a
+    # running one until the second attempt starts. The node status is offloaded: pods are read.
     for _ in range(3):
-        pods = job.cluster.wait_for("every node's pod Running", all_running, timeout=300, every=1)
+        pods = job.cluster.wait_for("a first-attempt pod Running", running, timeout=120, every=1)
         job.cluster.kubectl("delete", "pod", "-n", job.namespace, pods[-1]["metadata"]["name"], "--wait=false")
         try:
-            job.cluster.wait_for("the second attempt", second_attempt, timeout=40, every=1)
+            job.cluster.wait_for("the second attempt", second_attempt, timeout=60, every=1)
             break
         except pytest.fail.Exception:
             continue
