@@ -164,10 +164,17 @@ argo-lint: $(ARGOLINT) $(ARGOLINT_V3) ## Argo's own validator (v4 and v3) on FIL
 		echo "$$($$lint --version)"; $$lint $(FILES) || status=$$?; \
 	done; exit $$status
 
+# The database Argo's controller offloads node status to (torchdag/cluster/postgres.py):
+# Debian's PostgreSQL 15, installed when missing; the cluster runs its own server of it.
+POSTGRES := /usr/lib/postgresql/15/bin/postgres
+$(POSTGRES):
+	apt-get install -y --no-install-recommends postgresql-15 || \
+		{ apt-get update && apt-get install -y --no-install-recommends postgresql-15; }
+
 # The cluster's state (pids, logs, certificates, kubeconfig) lives in CLUSTER_DIR.
 CLUSTER_DIR ?= .cluster
 CLUSTER := $(RENDER_PY) -m torchdag.cluster --dir $(CLUSTER_DIR)
-cluster-up: $(RENDER_STAMP) $(CLUSTER_BINS) $(WORKFLOW_CONTROLLER) $(ARGOEXEC) $(KUBECTL) ## start a local control plane + Argo's controller (processes on 127.0.0.1); CLUSTER_DIR/kubeconfig
+cluster-up: $(RENDER_STAMP) $(CLUSTER_BINS) $(WORKFLOW_CONTROLLER) $(ARGOEXEC) $(KUBECTL) $(POSTGRES) ## start a local control plane + Argo's controller (processes on 127.0.0.1); CLUSTER_DIR/kubeconfig
 	$(CLUSTER) up
 
 cluster-nodes: $(RENDER_STAMP) ## register VALUES' nodes as Ready Nodes of the local cluster
@@ -182,7 +189,7 @@ cluster-kubelet: $(VENV_STAMP) ## run the pods of the registered Nodes as local 
 cluster-down: $(RENDER_STAMP) ## stop the local cluster's processes and remove CLUSTER_DIR
 	$(CLUSTER) down
 
-e2e: $(VENV_STAMP) $(HELM) $(CLUSTER_BINS) $(WORKFLOW_CONTROLLER) $(ARGOEXEC) $(KUBECTL) $(PODSECURITY) ## the tests on a local cluster with Argo's real controller (docs/e2e.md); make test runs them too
+e2e: $(VENV_STAMP) $(HELM) $(CLUSTER_BINS) $(WORKFLOW_CONTROLLER) $(ARGOEXEC) $(KUBECTL) $(PODSECURITY) $(POSTGRES) ## the tests on a local cluster with Argo's real controller (docs/e2e.md); make test runs them too
 	HELM=$(abspath $(HELM)) PODSECURITY=$(abspath $(PODSECURITY)) TORCHDAG_E2E=1 $(PY) -m pytest -m e2e tests
 
 setup: $(VENV_STAMP) $(HELM) ## install the venv (torch, test tools), helm and kubectl
@@ -246,7 +253,7 @@ $(FAST_STAMP): requirements-fast.txt requirements-render.txt
 test-fast: $(FAST_STAMP) $(HELM) ## every render, schema, chart and front-door test: no torch, no Go (a few minutes)
 	HELM=$(abspath $(HELM)) $(FAST_VENV)/bin/python -m pytest -n 2 -m "$(FAST_MARKERS)" tests
 
-test: lint $(VENV_STAMP) $(HELM) $(ASCEND_STAMP) $(ARGOLINT) $(ARGOLINT_V3) $(KUBEEXPAND) $(PODSECURITY) $(COREDNS) $(CLUSTER_BINS) $(WORKFLOW_CONTROLLER) $(ARGOEXEC) $(KUBECTL) ## lint, then install everything and run the whole test suite
+test: lint $(VENV_STAMP) $(HELM) $(ASCEND_STAMP) $(ARGOLINT) $(ARGOLINT_V3) $(KUBEEXPAND) $(PODSECURITY) $(COREDNS) $(CLUSTER_BINS) $(WORKFLOW_CONTROLLER) $(ARGOEXEC) $(KUBECTL) $(POSTGRES) ## lint, then install everything and run the whole test suite
 	HELM=$(abspath $(HELM)) ARGOLINT=$(abspath $(ARGOLINT)) ARGOLINT_V3=$(abspath $(ARGOLINT_V3)) KUBEEXPAND=$(abspath $(KUBEEXPAND)) \
 		PODSECURITY=$(abspath $(PODSECURITY)) \
 		TORCHDAG_ASCEND_VENV_REQUIRED=1 TORCHDAG_NETNS_REQUIRED=1 TORCHDAG_E2E=1 $(PY) -m pytest -n 2 --dist loadgroup tests
@@ -271,7 +278,7 @@ bench: $(VENV_STAMP) $(HELM) $(BENCH_VENV)/.installed bench-cluster ## render, h
 	$(PY) bench/bench_trainer.py
 
 SCALE_NODES ?= 256 1024 4096
-bench-cluster: $(VENV_STAMP) $(CLUSTER_BINS) $(WORKFLOW_CONTROLLER) $(ARGOEXEC) $(KUBECTL) ## SCALE_NODES-node x 8 jobs on a cluster of their own under Argo's controller: size against the render-time guard, time to Running (about 30 min)
+bench-cluster: $(VENV_STAMP) $(CLUSTER_BINS) $(WORKFLOW_CONTROLLER) $(ARGOEXEC) $(KUBECTL) $(POSTGRES) ## SCALE_NODES-node x 8 jobs on a cluster of their own under Argo's controller: size against the render-time guard, time to Running (about 30 min)
 	$(PY) bench/bench_cluster.py --nodes $(SCALE_NODES)
 
 lint: $(FAST_STAMP) ## ruff (pyproject.toml) on the Python, yamllint on the golden Workflows (what users review)

@@ -15,10 +15,12 @@ refuses should end in Argo's "workflow is longer than maximum allowed size". Arg
 creation is bounded by its Kubernetes client (workflow-controller `--qps 20 --burst 30`,
 the defaults; no `resourceRateLimit`, so unlimited there).
 
-Argo's full CRDs cap a DAG at 200 tasks (docs/values.md), so the bench replaces the
-Workflow CRD with Argo's minimal one, as Argo's default install has it.
+The cluster has Argo's full CRDs, as Argo v4 installs them by default (applied server-side
+by torchdag/cluster): past 200 DAG tasks render.py writes the nodes in loop tasks
+(docs/architecture.md). `--crd minimal` swaps in the minimal Workflow CRD (Argo v3's
+default, a documented variant); each JSON row says which one the cluster had.
 
-    python bench/bench_cluster.py [--nodes 256 1024] [--hold 240] [--keep DIR]
+    python bench/bench_cluster.py [--nodes 256 1024] [--hold 240] [--crd full|minimal] [--keep DIR]
 """
 
 from __future__ import annotations
@@ -58,6 +60,7 @@ def kubectl(layout: Layout, *args: str, stdin: str | None = None) -> str:
 
 
 def minimal_workflow_crd(layout: Layout) -> None:
+    """The variant: Argo's minimal Workflow CRD (no schema, no 200-item caps) in place of the full one."""
     module = subprocess.run(["go", "list", "-m", "-f", "{{.Dir}}", "github.com/argoproj/argo-workflows/v4"],
                             cwd=REPO / "tools" / "argo", capture_output=True, text=True, check=True).stdout.strip()
     crd = Path(module) / "manifests" / "base" / "crds" / "minimal" / "argoproj.io_workflows.yaml"
@@ -118,7 +121,7 @@ def delete_a_running_pod(layout: Layout, name: str, nodes: dict) -> str | None:
     return None
 
 
-def measure(layout: Layout, folder: Path, n: int) -> dict:
+def measure(layout: Layout, folder: Path, n: int, crd: str) -> dict:
     values = values_file(folder, n)
     verdict, plan, text = guard(values)
     (document,) = check_documents(text)
@@ -130,13 +133,13 @@ def measure(layout: Layout, folder: Path, n: int) -> dict:
                    cwd=REPO, check=True, capture_output=True)
     start = time.monotonic()
     name = kubectl(layout, "create", "-f", str(workflow), "-o", "name").strip().split("/")[-1]
-    row = {"nodes": n, "guard": verdict, "spec_bytes": spec, "per_node_bytes": round(spec / n),
+    row = {"nodes": n, "crd": crd, "guard": verdict, "spec_bytes": spec, "per_node_bytes": round(spec / n),
            "budget_bytes": spec + budget, "attempts": attempts, "largest_bytes": 0, "largest_packed_bytes": 0,
            "compressed": False, "pod_nodes_largest": 0, "create_to_all_started_s": None, "deleted_pods": [],
-           "second_attempt": False}
+           "second_attempt": False, "restarted": False, "first_deletion_to_all_restarted_s": None}
     first_attempt, second_attempt = f"{name}(0).", f"{name}(1)"
     wf: dict = {}
-    deleted_at = 0.0
+    deleted_at = first_deleted_at = 0.0
     while time.monotonic() - start < 3600:
         wf = json.loads(kubectl(layout, "get", "workflow", name, "-o", "json"))
         status = wf.get("status") or {}
@@ -152,6 +155,9 @@ def measure(layout: Layout, folder: Path, n: int) -> dict:
         started = [p for p in pods if p["name"].startswith(first_attempt) and p.get("phase") != "Pending"]
         if row["create_to_all_started_s"] is None and len(started) >= n:
             row["create_to_all_started_s"] = round(time.monotonic() - start, 1)
+        again = [p for p in pods if p["name"].startswith(second_attempt + ".") and p.get("phase") != "Pending"]
+        if row["first_deletion_to_all_restarted_s"] is None and len(again) >= n and first_deleted_at:
+            row["first_deletion_to_all_restarted_s"] = round(time.monotonic() - first_deleted_at, 1)
         # One failed attempt, after all its pods exist (a DAG starts no task once one failed):
         # a training pod deleted while it runs; another if Argo has not failed the attempt a minute later.
         if (row["create_to_all_started_s"] is not None and not row["second_attempt"]
@@ -160,8 +166,12 @@ def measure(layout: Layout, folder: Path, n: int) -> dict:
             if deleted:
                 row["deleted_pods"].append(deleted)
                 deleted_at = time.monotonic()
+                first_deleted_at = first_deleted_at or deleted_at
         time.sleep(3)
     status = wf.get("status") or {}
+    # A restart of either kind: the whole DAG's second attempt (or, once nodes retry on their
+    # own, a pod node's retry: Argo names its nodes `...(1)` alike).
+    row["restarted"] = row["second_attempt"]
     row.update(phase=status.get("phase"), message=status.get("message", ""),
                total_s=round(time.monotonic() - start, 1))
     return row
@@ -185,6 +195,8 @@ def main() -> int:
     parser.add_argument("--hold", type=float, default=240,
                         help="seconds each pod stays Running (the kubelet's --no-exec-seconds; default 240): "
                              "longer than starting every pod takes, so the deletion meets a job still running")
+    parser.add_argument("--crd", choices=("full", "minimal"), default="full",
+                        help="the Workflow CRD: Argo v4's default, full (default), or the minimal one")
     parser.add_argument("--keep", help="cluster directory to use and keep (default: a temporary one, removed)")
     args = parser.parse_args()
     # A SIGTERM (a `timeout`) still takes the cluster down, through the finally below.
@@ -194,19 +206,21 @@ def main() -> int:
     cluster = Cluster(layout)
     cluster.up(say=lambda *a: None)
     try:
-        minimal_workflow_crd(layout)
+        if args.crd == "minimal":
+            minimal_workflow_crd(layout)
         cluster.kubelet(["--no-exec", "--no-exec-seconds", f"{args.hold:g}"], say=lambda *a: None)
         limit = catalog()["argoStatus"]["maxBytes"]
         for n in args.nodes:
-            row = measure(layout, folder, n)
+            row = measure(layout, folder, n, args.crd)
             row["agreement"] = agreement(row)
             print(json.dumps(row), flush=True)
-            print(f"{n} nodes x 8: spec {row['spec_bytes']} B ({row['per_node_bytes']} B/node); guard "
-                  f"{row['guard']} (budget {row['budget_bytes']} B of {limit}); Argo: largest Workflow "
+            print(f"{n} nodes x 8 ({args.crd} CRDs): spec {row['spec_bytes']} B ({row['per_node_bytes']} B/node); "
+                  f"guard {row['guard']} (budget {row['budget_bytes']} B of {limit}); Argo: largest Workflow "
                   f"{row['largest_bytes']} B stored, {row['largest_packed_bytes']} B packed, compressed "
                   f"{row['compressed']}, {row['pod_nodes_largest']} pod nodes, second attempt {row['second_attempt']}; "
-                  f"all first-attempt pods started "
-                  f"{row['create_to_all_started_s']} s after create; ended {row['phase']} in {row['total_s']} s "
+                  f"all first-attempt pods started {row['create_to_all_started_s']} s after create, all "
+                  f"second-attempt ones {row['first_deletion_to_all_restarted_s']} s after the first deletion; "
+                  f"ended {row['phase']} in {row['total_s']} s "
                   f"{row['message']!r}; {row['agreement']}", flush=True)
     finally:
         procs.stop(layout, "kubelet", Path(sys.executable), grace=30)

@@ -90,6 +90,24 @@ def in_process_seconds(values: Path, repeat: int) -> float:
     return statistics.median(times)
 
 
+def phase_line(values: Path, repeat: int) -> str:
+    """Where render.py's time goes: each phase of the pipeline in a fresh interpreter (imports
+    included), median of `repeat` runs."""
+    script = ("import sys, time; t = [time.perf_counter()]; sys.path.insert(0, '.')\n"
+              "from torchdag import pipeline; from torchdag.plan import make_plan; from torchdag.render import render\n"
+              "t.append(time.perf_counter()); loaded = pipeline.load(sys.argv[1]); t.append(time.perf_counter())\n"
+              "values = pipeline.validate(loaded); t.append(time.perf_counter())\n"
+              "plan = make_plan(values); t.append(time.perf_counter())\n"
+              "render(plan, loaded.source); t.append(time.perf_counter())\n"
+              "print(' '.join(str(b - a) for a, b in zip(t, t[1:])))\n")
+    runs = [[float(x) for x in subprocess.run([sys.executable, "-c", script, str(values)], cwd=REPO, check=True,
+                                               capture_output=True, text=True).stdout.split()] for _ in range(repeat)]
+    phases = [statistics.median(run[i] for run in runs) for i in range(5)]
+    named = ", ".join(f"{name} {seconds:.3f} s" for name, seconds in
+                      zip(("imports", "load", "validate", "plan", "render (template, parse back, size)"), phases))
+    return f"render.py's phases at the largest size: {named}"
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeat", type=int, default=3)
@@ -126,6 +144,7 @@ def main() -> int:
                 row.update(zip((f"{name}_s", f"{name}_mib", f"{name}_bytes"), measured))
             rows.append(row)
         args_line = many_args_line(args, tmp)
+        phases = phase_line(tmp / f"n{SIZES[-1]}.yaml", args.repeat)
 
     print(f"Render benchmark: N nodes x {DEVICES} Ascend 910, median of {args.repeat} runs, peak RSS of the process")
     print("render.py s = whole CLI process (interpreter start + imports + load/validate/plan/render/write); "
@@ -148,6 +167,7 @@ def main() -> int:
     print(f"\n{largest['nodes']}-node x {DEVICES} Workflow: {largest['render_bytes']} bytes of YAML, "
           f"{largest['json_bytes']} bytes as stored (JSON), "
           f"{verdict} the {ARGO_LIMIT}-byte object limit; rendered in {largest['render_s']:.2f} s")
+    print(phases)
     print(args_line)
     measured = {name for name, *_ in others}
     if "helm" not in measured:

@@ -57,25 +57,51 @@ def pod_node(name: str, task: str, boundary: str, rank: int | None, failed: bool
     return node
 
 
-def compressed_status(n: int, attempts: int, gang: bool = True) -> int:
+def loop_display(task: str, index: int, rank: int) -> str:
+    """Argo's name for an expanded withItems node (operator.go processItem,
+    generateNodeName): the task, the item's index and its keys in sorted order."""
+    return f"{task}({index}:host:atlas-{rank:04d},ip:10.{rank // 250}.{rank % 250}.1,nic:enp189s0f0,rank:{rank})"
+
+
+def compressed_status(n: int, attempts: int, gang: bool = True, loop_items: int = 0) -> int:
     """Bytes of compressedNodes for n training pods over `attempts` attempts (all but the
-    last failed), gang resource and watch pods included."""
+    last failed), gang resource and watch pods included. loop_items > 0: the nodes in
+    withItems tasks of that many items (catalog nodeLoops), each task a TaskGroup node."""
     nodes: dict = {}
     attempt_ids = []
     for attempt in range(attempts):
         name = f"{WORKFLOW}({attempt})"
         attempt_ids.append(node_id(name))
-        tasks = [(f"node-{rank}", rank) for rank in range(n)] + ([("gang", None), ("gang-watch", None)] if gang else [])
+        if loop_items:
+            tasks = [(loop_display(f"nodes-{rank // loop_items}", rank % loop_items, rank), rank) for rank in range(n)]
+        else:
+            tasks = [(f"node-{rank}", rank) for rank in range(n)]
+        tasks += [("gang", None), ("gang-watch", None)] if gang else []
         children = []
+        groups: dict[str, list] = {}
         for seq, (task, rank) in enumerate(tasks):
-            pod = pod_node(f"{name}.{task}", task, node_id(name), rank, attempt < attempts - 1, seq)
+            group = task.split("(")[0] if loop_items and rank is not None else None
+            boundary = node_id(name)
+            pod = pod_node(f"{name}.{task}", task, boundary, rank, attempt < attempts - 1, seq)
             nodes[pod["id"]] = pod
-            children.append(pod["id"])
+            if group:
+                groups.setdefault(group, []).append(pod["id"])
+            else:
+                children.append(pod["id"])
+        for group, members in groups.items():
+            group_id = node_id(f"{name}.{group}")
+            nodes[group_id] = {"id": group_id, "name": f"{name}.{group}", "displayName": group, "type": "TaskGroup",
+                               "templateName": "ascend910-x8", "templateScope": "local/", "phase": "Succeeded",
+                               "boundaryID": node_id(name), "startedAt": "2026-12-02T11:27:34Z",
+                               "finishedAt": "2026-12-02T13:27:34Z", "progress": f"{len(members)}/{len(members)}",
+                               "children": members}
+            children.insert(0, group_id)
+        outbound = [pod for group in groups.values() for pod in group] if loop_items else children[:n]
         nodes[node_id(name)] = {"id": node_id(name), "name": name, "displayName": name, "type": "DAG",
                                 "templateName": "train", "templateScope": "local/", "phase": "Succeeded",
                                 "boundaryID": WORKFLOW, "startedAt": "2026-12-02T11:27:34Z",
                                 "finishedAt": "2026-12-02T13:27:34Z", "progress": f"{n}/{n}", "children": children,
-                                "outboundNodes": children[:n]}
+                                "outboundNodes": outbound}
     nodes[WORKFLOW] = {"id": WORKFLOW, "name": WORKFLOW, "displayName": WORKFLOW, "type": "Retry",
                        "templateName": "train", "phase": "Succeeded", "children": attempt_ids,
                        "startedAt": "2026-12-02T11:27:34Z"}
@@ -87,12 +113,15 @@ def main() -> int:
     budget = catalog()["argoStatus"]
     print(f"catalogue argoStatus: perPod {budget['perPod']} B, perAttempt {budget['perAttempt']} B, "
           f"limit {budget['maxBytes']} B")
+    loop_items = catalog()["nodeLoops"]["maxItems"]
     for n in (256, 1024, 4096):
         for attempts in (1, 2, 3):
-            size = compressed_status(n, attempts)
-            per_pod = size / ((n + 2) * attempts)
-            print(f"{n:5d} nodes, {attempts} attempt(s): compressedNodes {size:8d} B = {per_pod:5.1f} B per pod "
-                  f"and attempt; budget {attempts * (budget['perAttempt'] + budget['perPod'] * (n + 2)):8d} B")
+            for shape, items in (("flat", 0), ("loops", loop_items)):
+                size = compressed_status(n, attempts, loop_items=items)
+                per_pod = size / ((n + 2) * attempts)
+                total = attempts * (budget["perAttempt"] + budget["perPod"] * (n + 2))
+                print(f"{n:5d} nodes, {attempts} attempt(s), {shape:5s}: compressedNodes {size:8d} B = "
+                      f"{per_pod:5.1f} B per pod and attempt; budget {total:8d} B")
     return 0
 
 

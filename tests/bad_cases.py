@@ -273,6 +273,11 @@ BAD_CASES = [
           _set("args", ["x" * 140000])),
     _case("kueue-without-queue", "scheduling.queue", "must name the Kueue LocalQueue",
           _set("scheduling", {"gang": "kueue"})),
+    # Kueue: a Workload podSet per node template (its role hash), at most 8 podSets
+    _case("kueue-nine-node-templates", "scheduling.gang", "a Workload holds at most 8 podSets",
+          _all(_set("scheduling", {"gang": "kueue", "queue": "research"}),
+               _set("nodes", [{"name": f"h{i}", "nic": "eth0", "accelerator": "ascend310p",
+                               "resources": {"limits": {"memory": f"{i + 1}Gi"}}} for i in range(9)]))),
     # Rules the schema states (x-rule): render.py words them, helm names the field
     _case("rbac-create-without-service-account", "serviceAccountName",
           "or rbac.create while the pods mount a token",

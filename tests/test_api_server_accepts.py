@@ -75,12 +75,18 @@ def test_what_torchdag_accepts_the_api_server_accepts(local_cluster, values):
                          + "\n--- values:\n" + given_text[:4000])
 
 
-def test_the_full_crds_refuse_a_dag_of_201_tasks_as_render_py_warns(local_cluster, tmp_path):
-    """The local cluster installs Argo's full CRDs: 200 node tasks are taken, 201 refused."""
+def test_the_full_crds_take_every_job_size_render_py_accepts(local_cluster, tmp_path):
+    """The local cluster installs Argo's full CRDs, which cap a DAG at 200 tasks: render.py's
+    Workflows of 200 (a task per node), 201, 1,024 and 4,096 machines × 8 with a restart
+    (loop tasks) are all taken by the API server; a flat DAG of 201 tasks is refused."""
     from test_render_size import big_values
 
-    for n, taken in ((200, True), (201, False)):
-        document = next(d for d in yaml.safe_load_all(build(big_values(tmp_path / "v.yaml", n))) if d)
-        problem = dry_run(local_cluster, document, "default")
-        assert (problem is None) == taken, problem
-    assert "spec.templates[0].dag.tasks: Too many: 201: must have at most 200 items" in problem
+    for n in (200, 201, 1024, 4096):
+        document = next(d for d in yaml.safe_load_all(
+            build(big_values(tmp_path / "v.yaml", n, "failurePolicy: {maxRestarts: 1}\n"))) if d)
+        assert dry_run(local_cluster, document, "default") is None, n
+        if n == 200:
+            tasks = document["spec"]["templates"][0]["dag"]["tasks"]
+            tasks.append(dict(tasks[-1], name="node-200"))
+            problem = dry_run(local_cluster, document, "default")
+            assert "spec.templates[0].dag.tasks: Too many: 201: must have at most 200 items" in problem

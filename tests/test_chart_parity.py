@@ -255,6 +255,8 @@ def values_strategy(draw) -> dict:
             values["executorServiceAccountName"] = draw(dns_label)
         if isinstance(scheduling, dict):
             scheduling["gang"] = "none"
+    if isinstance(scheduling, dict) and scheduling.get("gang") == "kueue" and len(values["nodes"]) > 8:
+        scheduling["gang"] = "volcano"  # up to one Kueue podSet a node template, 8 at most (tests/bad_cases.py)
     if isinstance(scheduling, dict) and scheduling.get("gang") == "kueue" and not scheduling.get("queue"):
         scheduling["queue"] = "team-a"  # Kueue needs its LocalQueue (refusal tested in test_gang.py)
     if isinstance(scheduling, dict) and scheduling.get("gang", "none") in ("none", "coscheduling"):

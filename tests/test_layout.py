@@ -94,3 +94,11 @@ def test_the_schema_rules_carry_their_words():
                 walk(item)
 
     walk(load_schema())
+
+
+def test_the_schema_is_a_valid_draft_2020_12_schema():
+    """render.py does not check its schema against the metaschema on every run (a fifth of a
+    second); this does."""
+    import jsonschema
+
+    jsonschema.Draft202012Validator.check_schema(load_schema())

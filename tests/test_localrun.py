@@ -397,3 +397,4 @@ def test_the_workflow_is_found_among_several_documents_and_the_rest_named(tmp_pa
         rendered.write_text(yaml.safe_dump_all(docs))
         assert localrun_main([str(rendered)]) == EXIT_INVALID
         assert capsys.readouterr().err.startswith(f"localrun: {rendered}: {message}")
+

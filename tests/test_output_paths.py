@@ -111,7 +111,7 @@ def test_output_names_that_are_no_file(target, reason, tmp_path, capsys, monkeyp
 
 # --- a stdout that cannot take it ---------------------------------------------------------------
 
-def big_values(tmp_path: Path, nodes: int = 400) -> Path:
+def big_values(tmp_path: Path, nodes: int = 1500) -> Path:
     """A job whose Workflow is larger than a pipe's 64 KiB buffer."""
     listed = "".join(f"  - {{name: n{i:04d}, address: 10.0.{i // 250}.{i % 250 + 1}, nic: eth0, "
                      "accelerator: ascend910, devices: 8}\n"

@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 import pytest
+import yaml
 
 from helpers import REPO
 from torchdag.catalog import catalog
@@ -33,35 +34,38 @@ def helm_template(helm, path):
                           text=True, timeout=300)
 
 
-def test_4096_nodes_of_8_fit_only_with_the_status_offloaded(helm, tmp_path):
-    """The schema's largest job: its spec alone fits in one object, but not beside the
-    status Argo writes for it, unless the controller offloads node status."""
-    path = big_values(tmp_path / "big.yaml", 4096, "workflow: {nodeStatusOffload: true}\n")
+def test_4096_nodes_of_8_fit_with_one_restart_not_two_unless_offloaded(helm, tmp_path):
+    """The schema's largest job: at most 100 bytes of spec a machine (the nodes in loop
+    tasks), so with one restart it fits beside the status Argo writes; with two only when
+    the controller offloads node status."""
+    path = big_values(tmp_path / "big.yaml", 4096, "failurePolicy: {maxRestarts: 1}\n")
+    (document,) = check_documents(build(path))
+    assert json_size(document) <= 100 * 4096
+    assert helm_template(helm, path).returncode == 0
+    big_values(path, 4096, "failurePolicy: {maxRestarts: 2}\nworkflow: {nodeStatusOffload: true}\n")
     (document,) = check_documents(build(path))
     spec = json_size(document)
-    assert 600_000 < spec < LIMIT
-    assert helm_template(helm, path).returncode == 0
-    big_values(path, 4096)
+    big_values(path, 4096, "failurePolicy: {maxRestarts: 2}\n")
     with pytest.raises(ValuesError) as refused:
         build(path)
     line = str(refused.value)
-    assert f"nodes: 4096 nodes make a Workflow of {spec} bytes (JSON), and Argo's status for 1 attempt(s) adds about" \
+    assert f"nodes: 4096 nodes make a Workflow of {spec} bytes (JSON), and Argo's status for 3 attempt(s) adds about" \
         in line
     assert "lower failurePolicy.maxRestarts, split the job, or, if the controller offloads node status to a " \
            "database, set workflow.nodeStatusOffload" in line
     # The chart's Workflow carries Helm's labels too: a few bytes more, counted the same way.
     result = helm_template(helm, path)
     assert result.returncode != 0, result.stdout[-300:]
-    assert "nodes: 4096 nodes make a Workflow of " in result.stderr and "and Argo's status for 1 attempt(s) adds "\
+    assert "nodes: 4096 nodes make a Workflow of " in result.stderr and "and Argo's status for 3 attempt(s) adds "\
         "about" in result.stderr and "set workflow.nodeStatusOffload" in result.stderr
 
 
 def test_every_restart_attempt_is_counted_in_both_renderers(helm, tmp_path):
     """A job that fits with no restart is refused when each restart adds its set of nodes."""
-    path = big_values(tmp_path / "v.yaml", 2000)
+    path = big_values(tmp_path / "v.yaml", 3500)
     build(path)
     assert helm_template(helm, path).returncode == 0
-    big_values(path, 2000, "failurePolicy: {maxRestarts: 2}\n")
+    big_values(path, 3500, "failurePolicy: {maxRestarts: 2}\n")
     with pytest.raises(ValuesError, match=r"status for 3 attempt\(s\) adds about \d+ bytes \(failurePolicy"
                                           r"\.maxRestarts 2\)"):
         build(path)
@@ -71,23 +75,46 @@ def test_every_restart_attempt_is_counted_in_both_renderers(helm, tmp_path):
 
 def test_the_status_budget_covers_the_modelled_status():
     """catalog argoStatus.perPod stays above what bench/bench_status.py's model of Argo's
-    compressed node status gives for a finished, restarted job."""
+    compressed node status gives for a finished, restarted job, in either DAG shape (a
+    loop task's pod nodes carry their item in their names)."""
     budget = catalog()["argoStatus"]
     assert budget["maxBytes"] == LIMIT
-    for n, attempts in ((64, 1), (512, 2)):
+    for n, attempts, loop_items in ((64, 1, 0), (512, 2, 0), (512, 2, catalog()["nodeLoops"]["maxItems"])):
         pods = n + 2  # the training pods and the gang's two
-        assert compressed_status(n, attempts) <= attempts * (budget["perAttempt"] + budget["perPod"] * pods)
+        assert compressed_status(n, attempts, loop_items=loop_items) <= attempts * (budget["perAttempt"]
+                                                                                    + budget["perPod"] * pods)
 
 
-def test_more_dag_tasks_than_argos_full_crds_take_is_warned(tmp_path):
-    """Argo v4.0.5's full CRDs cap a DAG at 200 tasks; the minimal ones do not: a warning,
-    held against the real API server in tests/test_api_server_accepts.py."""
+def dag(path) -> dict:
+    document = next(d for d in yaml.safe_load_all(build(path)) if d)
+    return document["spec"]["templates"][0]["dag"]
+
+
+def test_past_200_dag_tasks_the_nodes_go_in_loop_tasks(tmp_path):
+    """Argo v4's full CRDs cap a DAG at 200 tasks (held against the real API server in
+    tests/test_api_server_accepts.py): up to 200 a task per node, past it loop tasks of at
+    most nodeLoops.maxItems machines, each item naming its machine."""
+    assert [task["name"] for task in dag(big_values(tmp_path / "v.yaml", 200))["tasks"]][-1] == "node-199"
+    tasks = dag(big_values(tmp_path / "v.yaml", 201))["tasks"]
+    size = catalog()["nodeLoops"]["maxItems"]
+    assert [(task["name"], len(task["withItems"])) for task in tasks] == [("nodes-0", size), ("nodes-1", 201 - size)]
+    assert tasks[1]["withItems"][-1] == {"host": "atlas-0200", "ip": "10.0.200.1", "rank": "200"}
+    # What every machine shares is passed as it is; what names it is always in the item.
+    assert {p["name"]: p["value"] for p in tasks[0]["arguments"]["parameters"]} == {
+        "host": "{{item.host}}", "node-rank": "{{item.rank}}", "nic": "enp189s0f0", "if-ip": "{{item.ip}}"}
+
+
+def test_more_templates_than_argos_full_crds_take_is_warned(tmp_path):
+    """201 node shapes make 202 templates and 201 loop tasks: the full CRDs refuse both,
+    render.py says why."""
     from torchdag.pipeline import run
 
-    for n, warned in ((200, False), (201, True)):
-        rendered = run(big_values(tmp_path / "v.yaml", n))
-        lines = [w for w in rendered.warnings() if "Argo's full CRDs" in w]
-        assert bool(lines) == warned, lines
-    assert lines == [f"{tmp_path / 'v.yaml'}: nodes: 201 nodes make a DAG of 201 tasks; a cluster that installed "
-                     "Argo's full CRDs (manifests/base/crds/full) refuses more than 200 ('spec.templates[0].dag.tasks: "
-                     "Too many'); Argo's default minimal CRDs take it"]
+    nodes = "".join(f"  - {{name: n{i}, resources: {{limits: {{memory: {i + 1}Gi}}}}}}\n" for i in range(201))
+    path = tmp_path / "v.yaml"
+    path.write_text(f"name: shapes\nimage: img:1\nscript: /t.py\nnodes:\n{nodes}")
+    lines = [w for w in run(path).warnings() if "Argo's full CRDs" in w]
+    # ... and as many loop tasks, one per shape
+    assert lines == [f"{path}: nodes: 201 node shapes (accelerator, devices, resources, NIC mode) make {count} items "
+                     f"in {field}; a cluster that installed Argo's full CRDs (its default since v4.0) refuses more "
+                     f"than 200 ('{field}: Too many'): give the nodes fewer distinct resources"
+                     for field, count in (("spec.templates", 202), ("spec.templates[0].dag.tasks", 201))]

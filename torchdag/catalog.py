@@ -22,7 +22,8 @@ CATALOG_PATH = Path(__file__).with_name("catalog.yaml")
 
 @functools.lru_cache(maxsize=None)
 def catalog() -> dict:
-    return yaml.safe_load(CATALOG_PATH.read_text(encoding="utf-8"))
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when present: 6x faster, same result
+    return yaml.load(CATALOG_PATH.read_text(encoding="utf-8"), Loader=loader)
 
 
 # --- the interpreter (twins: torchdag.fill, torchdag.items, torchdag.problem) -------------

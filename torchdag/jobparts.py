@@ -84,6 +84,7 @@ def gang(values: dict, nodes: list) -> dict | None:
         "annotations": [(key, fill(value, fields)) for key, value in sorted(entry["podAnnotations"].items())],
         "watch": [dollar_escape(word) for word in watch],
         "manifest": None,
+        "role_annotation": entry.get("roleAnnotation"),  # printed with each template's name
     }
     group = entry["podGroup"]
     if group:

@@ -91,14 +91,17 @@ class Rendered:
                 if volume.get("persistentVolumeClaim") and not volume.get("readOnly")]
 
     def _full_crd_warnings(self) -> list[str]:
+        """Past 200 DAG tasks the nodes go in loop tasks (plan.node_loops), so only a job with
+        about 200 node shapes still passes a bound of Argo's full CRDs."""
         limit = catalog.catalog()["argoFullCrdMaxItems"]
-        gang = self.plan.gang
-        tasks = len(self.plan.nodes) + bool(gang) + bool(gang and gang["manifest"]) + bool(self.plan.network)
-        if tasks <= limit:
-            return []
-        return [f"{self.source}: nodes: {len(self.plan.nodes)} nodes make a DAG of {tasks} tasks; a cluster that "
-                f"installed Argo's full CRDs (manifests/base/crds/full) refuses more than {limit} "
-                f"('spec.templates[0].dag.tasks: Too many'); Argo's default minimal CRDs take it"]
+        plan, gang = self.plan, self.plan.gang
+        extra = bool(gang) + bool(gang and gang["manifest"]) + bool(plan.network)
+        counts = {"spec.templates": 1 + extra + len(plan.shapes),
+                  "spec.templates[0].dag.tasks": extra + (len(plan.loops) if plan.loops else len(plan.nodes))}
+        return [f"{self.source}: nodes: {len(plan.shapes)} node shapes (accelerator, devices, resources, NIC mode) "
+                f"make {count} items in {field}; a cluster that installed Argo's full CRDs (its default since v4.0) "
+                f"refuses more than {limit} ('{field}: Too many'): give the nodes fewer distinct resources"
+                for field, count in counts.items() if count > limit]
 
     def _hccl_port_warnings(self) -> list[str]:
         """The port among the host ports HCCL takes from a base the job's env moved (rule

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from .catalog import accelerator, catalog, fill, hccl_exec_timeout, hccl_limit, is_ipv4, items, resource_name
 from .jobparts import container_security, gang, retry_strategy, volumes
 from .network import is_pod, master_address, network_plan, node_depends, rendezvous_wait
-from .yamlout import dollar_escape, quantity
+from .yamlout import dollar_escape, quantity, quote
 
 # Argo fills this in a template with a retryStrategy: 0 on the first attempt, then 1, 2...
 ARGO_RETRIES = "{{retries}}"
@@ -66,6 +66,17 @@ class NodePlan:
         return f"node-{self.rank}"
 
 
+@dataclass(frozen=True)
+class NodeLoop:
+    """A DAG task fanned out over machines of one shape (`withItems`), in place of their
+    one task each when a flat DAG would pass the full CRDs' 200 tasks (catalog `nodeLoops`)."""
+
+    task: str
+    shape: Shape
+    arguments: tuple[tuple[str, str], ...]  # the shape's parameters from `{{item.<key>}}` (and `{{retries}}`)
+    items: tuple[str, ...]  # one flow mapping per machine, in rank order: its parameters' values by key
+
+
 @dataclass
 class Plan:
     values: dict
@@ -76,6 +87,7 @@ class Plan:
     gang: dict | None  # gang scheduling (scheduling.gang): pod fields and the PodGroup manifest, or None
     network: dict | None  # the pod network (torchdag/network.py), or None on the host network
     depends: str  # what every node task waits for ("" for nothing)
+    loops: list[NodeLoop] | None  # the nodes' loop tasks past argoFullCrdMaxItems tasks; None: a task per node
     master_address: str  # --master_addr: the master's host address, or its DNS name on the pod network
     security: dict  # every container's securityContext (containerSecurity)
     backend: str
@@ -246,6 +258,32 @@ def _shape_names(shapes: list[dict]) -> None:
         shape["name"] = name if taken[name] == 1 else f"{name}-{taken[name]}"
 
 
+def flat_tasks(nodes: int, gang: dict | None, network: dict | None) -> int:
+    """The DAG's tasks with one task per node: the nodes, the gang's one or two, the Service."""
+    return nodes + (2 if gang and gang["manifest"] else 1 if gang else 0) + (1 if network else 0)
+
+
+def node_loops(nodes: list[NodePlan], shapes: list[Shape]) -> list[NodeLoop]:
+    """Each shape's machines, in rank order, as loop tasks of at most maxItems items. An
+    item holds what the flat shape gives each node task as arguments, except what all the
+    shape's machines share (a NIC name, say, and `{{retries}}`), which the task passes as
+    it is; the naming keys are always there, as Argo names each pod's node after its item."""
+    entry = catalog()["nodeLoops"]
+    keys, size = entry["keys"], int(entry["maxItems"])
+    loops: list[NodeLoop] = []
+    for shape in shapes:
+        members = [dict(node.arguments) for node in nodes if node.shape is shape]
+        varying = [name for name in sorted(keys, key=keys.get) if name in members[0]
+                   and (name in entry["naming"] or len({given[name] for given in members}) > 1)]
+        arguments = tuple((name, "{{item." + keys[name] + "}}" if name in varying else value)
+                          for name, value in members[0].items())
+        for start in range(0, len(members), size):
+            texts = tuple("{" + ", ".join(f"{quote(keys[name])}: {quote(given[name])}" for name in varying) + "}"
+                          for given in members[start:start + size])
+            loops.append(NodeLoop(fill(entry["task"], {"index": len(loops)}), shape, arguments, texts))
+    return loops
+
+
 def make_plan(values: dict) -> Plan:
     nodes = values["nodes"]
     master_index = next((i for i, node in enumerate(nodes) if node.get("master")), 0)
@@ -284,6 +322,9 @@ def make_plan(values: dict) -> Plan:
         planned.append(NodePlan(index, rank, node["name"], address, nic, kind, devices, shape, arguments))
 
     gang_plan, network = gang(values, planned), network_plan(values)
+    loops = None
+    if flat_tasks(len(planned), gang_plan, network) > catalog()["argoFullCrdMaxItems"]:
+        loops = node_loops(planned, list(shapes.values()))
     return Plan(
         values=values,
         nodes=planned,
@@ -293,6 +334,7 @@ def make_plan(values: dict) -> Plan:
         gang=gang_plan,
         network=network,
         depends=node_depends(gang_plan, network),
+        loops=loops,
         master_address=job["masterAddress"],
         security=container_security(values),
         backend=backend,

@@ -12,7 +12,7 @@ import jinja2
 import yaml
 
 from . import TEMPLATES_DIR
-from .catalog import catalog
+from .catalog import catalog, fill
 from .errors import InternalBug
 from .plan import Plan
 from .problems import Problem, ValuesError
@@ -43,12 +43,26 @@ class TooLarge(ValuesError):
 def render(plan: Plan, source: str = "values", check_size: bool = True) -> str:
     """The Workflow's text, parsed back; refused when larger than Argo can keep, unless
     check_size is off (bench/bench_cluster.py: what Argo does with what the guard refuses)."""
+    problem = gang_problem(plan)
+    if problem:
+        raise ValuesError(source, [problem])
     text = _environment().get_template("workflow.yaml.j2").render(plan=plan, summary=summary_comment(plan))
     for document in check_documents(text):
         problem = size_problem(plan, _kind(document), json_size(document)) if check_size else None
         if problem:
             raise TooLarge(source, [problem])
     return text
+
+
+def gang_problem(plan: Plan) -> Problem | None:
+    """A gang scheduler that makes a group of each node template and admits a bounded number
+    of them (catalog gangs maxPodSets: Kueue's Workload); a plan-time rule, as the templates
+    are the plan's."""
+    entry = catalog()["gangs"][plan.gang["kind"]] if plan.gang else {}
+    if len(plan.shapes) <= entry.get("maxPodSets", len(plan.shapes)):
+        return None
+    fields = {"count": len(plan.shapes), "max": entry["maxPodSets"], "names": ", ".join(s.name for s in plan.shapes)}
+    return Problem(("scheduling", "gang"), fill(entry["tooManyPodSets"], fields))
 
 
 def status_budget(plan: Plan) -> tuple[int, int]:

@@ -9,11 +9,15 @@ controls, U+FFFE/U+FFFF, surrogates) never reach this point: validation refuses 
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 # Go's encoder escapes these for HTML safety; JSON and YAML read the escapes back as the
 # characters, so the output means the same and matches helm byte for byte.
 _GO_ESCAPES = str.maketrans({"<": "\\u003c", ">": "\\u003e", "&": "\\u0026", "\u2028": "\\u2028", "\u2029": "\\u2029"})
+# What either encoder escapes (or what json.dumps cannot pass through): without any of it
+# a string is its own JSON text between quotes (most of a big job's 50,000 scalars).
+_NEEDS_ESCAPING = re.compile("[\x00-\x1f\"\\\\<>&\u2028\u2029\ud800-\udfff]")
 
 
 def quote(value: Any) -> str:
@@ -24,6 +28,8 @@ def quote(value: Any) -> str:
         return str(value)
     if not isinstance(value, str):
         raise TypeError(f"quote() prints strings, integers and booleans, got {type(value).__name__}")
+    if not _NEEDS_ESCAPING.search(value):
+        return f'"{value}"'
     return json.dumps(value, ensure_ascii=False).translate(_GO_ESCAPES)
 
 

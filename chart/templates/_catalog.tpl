@@ -394,6 +394,7 @@ The catalogue as JSON; read it with `include "torchdag.catalog" . | fromJson`. *
       "schedulerName": "scheduler-plugins-scheduler"
     },
     "kueue": {
+      "maxPodSets": 8,
       "podAnnotations": {
         "kueue.x-k8s.io/pod-group-total-count": "{count}"
       },
@@ -402,7 +403,9 @@ The catalogue as JSON; read it with `include "torchdag.catalog" . | fromJson`. *
         "kueue.x-k8s.io/pod-group-name": "{group}",
         "kueue.x-k8s.io/queue-name": "{queue}"
       },
-      "schedulerName": ""
+      "roleAnnotation": "kueue.x-k8s.io/role-hash",
+      "schedulerName": "",
+      "tooManyPodSets": "kueue makes a Workload podSet of each node template, and these nodes make {count} templates (they differ in accelerator, devices, resources or NIC mode: {names}); a Workload holds at most {max} podSets, so Kueue would never admit the gang: make the nodes alike, or use volcano or coscheduling"
     },
     "volcano": {
       "podAnnotations": {
@@ -572,6 +575,20 @@ The catalogue as JSON; read it with `include "torchdag.catalog" . | fromJson`. *
       "    protocol: \"TCP\""
     ],
     "task": "service"
+  },
+  "nodeLoops": {
+    "keys": {
+      "host": "host",
+      "if-ip": "ip",
+      "nic": "nic",
+      "node-rank": "rank"
+    },
+    "maxItems": 128,
+    "naming": [
+      "host",
+      "node-rank"
+    ],
+    "task": "nodes-{index}"
   },
   "nullMessage": "is null, which would delete {default}; remove the line to keep the default, or give a value",
   "plannedLauncherFlags": [

@@ -154,6 +154,31 @@ names. Usage: include "torchdag.plan" (dict "root" $ "plan" $plan)
 {{- if $pod }}{{ $_ := set $plan "network" (dict "run" $net.run "label" (list $net.runLabel $net.run) "patch" (include "torchdag.items" (dict "items" $net.podSpecPatch "facts" $facts) | fromJsonArray) "manifest" (include "torchdag.items" (dict "items" $net.service "facts" $facts) | fromJsonArray)) }}{{ end -}}
 {{- $_ := set $plan "depends" (join " && " (compact (list (ternary "gang" "" (and $plan.gang $plan.gang.manifest | not | not)) (ternary $net.task "" $pod)))) -}}
 
+{{- /* plan.node_loops: past argoFullCrdMaxItems DAG tasks, each shape's machines in withItems tasks of at most maxItems */ -}}
+{{- $gangTasks := 0 }}{{ with $plan.gang }}{{ $gangTasks = ternary 2 1 (not (empty .manifest)) }}{{ end -}}
+{{- if gt (add (len $nodes) $gangTasks (ternary 1 0 $pod)) (int $cat.argoFullCrdMaxItems) -}}
+{{- $loops := list -}}
+{{- range $shape := $shapes -}}
+{{- $first := dict }}{{ $varying := dict -}}
+{{- range $_, $node := $planned }}{{ if eq $node.shape.name $shape.name }}{{ range $pair := $node.arguments -}}
+{{- $name := index $pair 0 }}{{ if not (hasKey $first $name) }}{{ $_ := set $first $name (index $pair 1) }}{{ end -}}
+{{- with index $cat.nodeLoops.keys $name }}{{ if or (has $name $cat.nodeLoops.naming) (ne (index $first $name) (index $pair 1)) }}{{ $_ := set $varying . $name }}{{ end }}{{ end -}}
+{{- end }}{{ end }}{{ end -}}
+{{- $arguments := list -}}
+{{- range $shape.parameters }}{{ $key := index $cat.nodeLoops.keys . | default "" }}{{ $arguments = append $arguments (list . (ternary (printf "{{item.%s}}" $key) (index $first .) (hasKey $varying $key))) }}{{ end -}}
+{{- $items := list -}}
+{{- range $_, $node := $planned }}{{ if eq $node.shape.name $shape.name -}}
+{{- $given := dict }}{{ range $node.arguments }}{{ $_ := set $given (index . 0) (index . 1) }}{{ end -}}
+{{- $pairs := list }}{{ range $key, $name := $varying }}{{ $pairs = append $pairs (printf "%s: %s" (toJson $key) (toJson (index $given $name))) }}{{ end -}}
+{{- $items = append $items (printf "{%s}" (join ", " $pairs)) -}}
+{{- if eq (len $items) (int $cat.nodeLoops.maxItems) -}}
+{{- $loops = append $loops (dict "task" (include "torchdag.fill" (dict "text" $cat.nodeLoops.task "fields" (dict "index" (len $loops)))) "shape" $shape "arguments" $arguments "items" $items) }}{{ $items = list -}}
+{{- end -}}
+{{- end }}{{ end -}}
+{{- with $items }}{{ $loops = append $loops (dict "task" (include "torchdag.fill" (dict "text" $cat.nodeLoops.task "fields" (dict "index" (len $loops)))) "shape" $shape "arguments" $arguments "items" .) }}{{ end -}}
+{{- end -}}
+{{- $_ := set $plan "loops" $loops }}{{ end -}}
+
 {{- /* jobparts.container_security */ -}}
 {{- $wanted := $v.containerSecurity -}}
 {{- $security := dict "allowPrivilegeEscalation" (eq (toString $wanted.allowPrivilegeEscalation) "true") -}}
@@ -181,7 +206,7 @@ names. Usage: include "torchdag.plan" (dict "root" $ "plan" $plan)
 {{- $count := len .nodes -}}
 {{- $fill := dict "group" $group "count" (toString $count) "queue" ($scheduling.queue | default "") -}}
 {{- $watch := concat $scheduling.watchCommand (list (printf "--workflow=%s" $group) "--namespace={{workflow.namespace}}" (printf "--pods=%d" $count) (printf "--timeout=%d" (int64 $scheduling.timeout))) -}}
-{{- $gang := dict "kind" $scheduling.gang "schedulerName" ($scheduling.schedulerName | default $entry.schedulerName) "watch" (replace "$" "$$" (toJson $watch) | fromJsonArray) -}}
+{{- $gang := dict "kind" $scheduling.gang "schedulerName" ($scheduling.schedulerName | default $entry.schedulerName) "watch" (replace "$" "$$" (toJson $watch) | fromJsonArray) "roleAnnotation" $entry.roleAnnotation -}}
 {{- range $field, $source := dict "labels" $entry.podLabels "annotations" $entry.podAnnotations -}}
 {{- $pairs := list -}}
 {{- range $key, $value := $source }}{{ $pairs = append $pairs (list $key (include "torchdag.fill" (dict "text" $value "fields" $fill))) }}{{ end -}}

@@ -8,6 +8,11 @@ Every scalar leaves through toJson. User values are never passed through `tpl`.
 
 {{- $plan := dict -}}
 {{- $_ := include "torchdag.plan" (dict "root" $ "plan" $plan) -}}
+{{- /* render.gang_problem: more node templates than the gang scheduler admits podSets (Kueue) */ -}}
+{{- with $plan.gang }}{{ $entry := index $plan.catalog.gangs .kind }}{{ if gt (len $plan.shapes) (int ($entry.maxPodSets | default (len $plan.shapes))) -}}
+{{- $names := list }}{{ range $plan.shapes }}{{ $names = append $names .name }}{{ end -}}
+{{- fail (printf "invalid values (1 problem):\nscheduling.gang: %s" (include "torchdag.fill" (dict "text" $entry.tooManyPodSets "fields" (dict "count" (len $plan.shapes) "max" $entry.maxPodSets "names" (join ", " $names))))) -}}
+{{- end }}{{ end -}}
 {{- $v := .Values -}}
 {{- $workflow := $v.workflow -}}
 {{- include "torchdag.summaryComment" (dict "plan" $plan "values" $v) }}
@@ -182,6 +187,7 @@ spec:
       - name: "service"
         template: "service"
       {{- end }}
+      {{- if not $plan.loops }}
       {{- range $plan.nodes }}
       - name: {{ toJson .task }}
         template: {{ toJson .shape.name }}
@@ -194,6 +200,27 @@ spec:
           - name: {{ index . 0 | toJson }}
             value: {{ index . 1 | toJson }}
           {{- end }}
+      {{- end }}
+      {{- else }}
+      # A task per group of machines of one template, an item per machine (withItems): a task
+      # per machine would pass the tasks Argo's full CRDs allow in a DAG.
+      {{- range $plan.loops }}
+      - name: {{ toJson .task }}
+        template: {{ toJson .shape.name }}
+        {{- with $plan.depends }}
+        depends: {{ toJson . }}
+        {{- end }}
+        arguments:
+          parameters:
+          {{- range .arguments }}
+          - name: {{ index . 0 | toJson }}
+            value: {{ index . 1 | toJson }}
+          {{- end }}
+        withItems:
+        {{- range .items }}
+        - {{ . }}
+        {{- end }}
+      {{- end }}
       {{- end }}
   {{- if and $plan.gang $plan.gang.manifest }}
   # The job's one gang: created before any training pod, deleted with the Workflow.
@@ -254,6 +281,9 @@ spec:
       annotations:
         {{- range $plan.gang.annotations }}
         {{ index . 0 | toJson }}: {{ index . 1 | toJson }}
+        {{- end }}
+        {{- with $plan.gang.roleAnnotation }}
+        {{ toJson . }}: {{ toJson $shape.name }}
         {{- end }}
       {{- end }}
       labels:

@@ -49,9 +49,10 @@ def scheduler_config(layout: Layout) -> str:
     return yaml.safe_dump(config, sort_keys=False)
 
 
-def argo_configmap() -> dict:
+def argo_configmap(persistence: str) -> dict:
     """workflow-controller-configmap: metrics and telemetry servers off (they would listen on
-    every interface); everything else at Argo's defaults."""
+    every interface); node status offloaded to the cluster's PostgreSQL when a Workflow passes
+    1 MiB (`persistence`, torchdag/cluster/postgres.py); everything else at Argo's defaults."""
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
@@ -59,8 +60,15 @@ def argo_configmap() -> dict:
         "data": {
             "metricsConfig": "enabled: false\n",
             "telemetryConfig": "enabled: false\n",
+            "persistence": persistence,
         },
     }
+
+
+def postgres_secret(username: str, password: str, name: str) -> dict:
+    """The credentials Argo's persistence config names (userNameSecret, passwordSecret)."""
+    return {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name, "namespace": ARGO_NAMESPACE},
+            "stringData": {"username": username, "password": password}}
 
 
 def gang_crds() -> list[dict]:

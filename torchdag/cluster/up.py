@@ -1,7 +1,8 @@
 """Bring the control plane up (each component only if it is not running) and wait until it serves.
 
 Order: certificates, etcd, kube-apiserver, kube-controller-manager and kube-scheduler, then
-the namespace, configmap and CRDs Argo needs, then Argo's workflow-controller. Ready means:
+PostgreSQL (torchdag/cluster/postgres.py: Argo offloads node status there), the namespace,
+configmap, database Secret and CRDs Argo needs, then Argo's workflow-controller. Ready means:
 every component's health endpoint answers ok, every CRD is Established and the service-account
 controller has made the `default` ServiceAccount (pods cannot be created before it exists).
 """
@@ -21,7 +22,7 @@ from pathlib import Path
 import yaml
 
 from ..errors import TorchdagError
-from . import manifests, procs
+from . import manifests, postgres, procs
 from .layout import (
     ARGO_CRDS,
     ARGO_EXECUTOR_RBAC,
@@ -35,7 +36,7 @@ from .layout import (
 )
 
 COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "workflow-controller")
-PORTS = ("etcd-client", "etcd-peer", "apiserver", "controller-manager", "scheduler", "argo-healthz")
+PORTS = ("etcd-client", "etcd-peer", "apiserver", "controller-manager", "scheduler", "argo-healthz", "postgres")
 ARGO_EXECUTOR_IMAGE = "quay.io/argoproj/argoexec:v4.0.5"  # named in pods, never pulled (no container runtime)
 # Argo v4.0.5's controller never exits on SIGTERM (util/logging/init.go's handler takes the
 # signal and does nothing else), so it gets SIGKILL; no need to wait the others' ten seconds.
@@ -224,12 +225,14 @@ class Cluster:
         (self.layout.root / "scheduler.yaml").write_text(manifests.scheduler_config(self.layout))
 
     def everything_ready(self) -> bool:
-        return all(procs.running(self.layout, name, binary(name)) is not None and self.healthy(name)
-                   for name in COMPONENTS)
+        return procs.running(self.layout, "postgres", postgres.POSTGRES) is not None and all(
+            procs.running(self.layout, name, binary(name)) is not None and self.healthy(name) for name in COMPONENTS)
 
     def apply_argo_prerequisites(self) -> None:
         objects = [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ARGO_NAMESPACE}},
-                   manifests.argo_configmap(), *manifests.gang_crds()]
+                   manifests.argo_configmap(postgres.persistence(self.port["postgres"])),
+                   manifests.postgres_secret(postgres.ROLE, postgres.password(self.layout), postgres.SECRET),
+                   *manifests.gang_crds()]
         extra = self.layout.root / "manifests.yaml"
         extra.write_text(yaml.safe_dump_all(objects, sort_keys=False))
         argo = sorted(ARGO_CRDS.glob("argoproj.io_*.yaml"))
@@ -259,6 +262,7 @@ class Cluster:
             self.wait(f"{component} health", lambda c=component: self.healthy(c), component)
         for component in ("kube-controller-manager", "kube-scheduler"):
             self.ensure(component)
+        postgres.start(self.layout, self.port["postgres"])  # before the controller, which connects at start
         self.apply_argo_prerequisites()
         self.ensure("workflow-controller")
         for component in COMPONENTS[2:]:
@@ -297,6 +301,10 @@ class Cluster:
             how = procs.stop(self.layout, name, binary(name), grace=GRACE_S.get(name, 10.0))
             if how:
                 stopped.append(name if how == "terminated" else f"{name} ({how})")
+            if name == "workflow-controller":  # its database next, once nothing writes to it
+                how = postgres.stop(self.layout)
+                if how:
+                    stopped.append("postgres" if how == "terminated" else f"postgres ({how})")
         if self.layout.root.exists():
             shutil.rmtree(self.layout.root, ignore_errors=True)
         say(f"stopped {', '.join(stopped) or 'nothing (none was running)'}; removed {self.layout.root}")

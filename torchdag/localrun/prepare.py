@@ -186,7 +186,26 @@ def _prepare_tasks(doc: dict, options: Options, scope: dict[str, str], restart: 
         if task.get("template") not in templates:
             raise LocalRunError(f"{task['name']}: template {task.get('template')!r} is not in the Workflow",
                                 EXIT_INVALID)
-        out.append(_prepare_task(task, templates[task["template"]], dag_scope, options))
+        for item_task, item_scope in _items(task):
+            out.append(_prepare_task(item_task, templates[task["template"]], {**dag_scope, **item_scope}, options))
+    return out
+
+
+def _items(task: dict) -> list[tuple[dict, dict[str, str]]]:
+    """A task fanned out with withItems (torchdag's loop tasks past 200 nodes) as Argo expands
+    it: one task per item, named `task(index:key:value,...)` with the keys sorted
+    (operator.go processItem), `{{item.<key>}}` in its scope; any other task as it is."""
+    if "withItems" not in task:
+        return [(task, {})]
+    out = []
+    for index, item in enumerate(task["withItems"]):
+        if not isinstance(item, dict):
+            raise LocalRunError(f"{task['name']}: withItems[{index}] is not a mapping; localrun expands "
+                                "torchdag's loop tasks only", EXIT_INVALID)
+        given = {key: str(value) for key, value in item.items()}
+        described = ",".join(sorted(f"{key}:{value}" for key, value in given.items()))
+        name = f"{task['name']}({index}:{described.replace('(', '').replace(')', '')})"
+        out.append(({**task, "name": name}, {f"item.{key}": value for key, value in given.items()}))
     return out
 
 
