@@ -84,8 +84,13 @@ REFUSED = [
     ("apparmor-unconfined-under-restricted",
      "podSecurity: restricted\nnetwork: {mode: pod}\nascend: {mountDriver: false}\n"
      "securityContext: {runAsNonRoot: true, runAsUser: 1000}\n"
-     "annotations: {container.apparmor.security.beta.kubernetes.io/wait: unconfined}\n",
-     "annotations['container.apparmor.security.beta.kubernetes.io/wait']", "Pod Security baseline"),
+     "annotations: {container.apparmor.security.beta.kubernetes.io/init: unconfined}\n",
+     "annotations['container.apparmor.security.beta.kubernetes.io/init']", "Pod Security baseline"),
+    *[(f"apparmor-wait-with-resource-pods-{index}", lines
+       + "annotations: {container.apparmor.security.beta.kubernetes.io/wait: runtime/default}\n",
+       "annotations['container.apparmor.security.beta.kubernetes.io/wait']", "do not have")
+      for index, lines in enumerate(["network: {mode: pod}\n", "hostNetwork: false\n",
+                                     "scheduling: {gang: volcano}\n", "scheduling: {gang: coscheduling}\n"])],
     ("apparmor-not-a-profile", "annotations: {container.apparmor.security.beta.kubernetes.io/main: strict}\n",
      "annotations['container.apparmor.security.beta.kubernetes.io/main']", "not an AppArmor profile"),
     ("apparmor-unknown-container", "annotations: {container.apparmor.security.beta.kubernetes.io/trainer: "
@@ -171,6 +176,9 @@ ACCEPTED = [
      "container.seccomp.security.alpha.kubernetes.io/main: docker/default, "
      "container.seccomp.security.alpha.kubernetes.io/wait: unconfined, "
      "seccomp.security.alpha.kubernetes.io/pod: runtime/default}\n"),
+    ("apparmor-wait-without-resource-pods", "scheduling: {gang: kueue, queue: q}\n"
+                                            "annotations: {container.apparmor.security.beta.kubernetes.io/wait: "
+                                            "runtime/default}\n"),
     ("apparmor-runtime-default-under-baseline",
      "podSecurity: baseline\nnetwork: {mode: pod}\nascend: {mountDriver: false}\n"
      "annotations: {container.apparmor.security.beta.kubernetes.io/main: runtime/default}\n"),
