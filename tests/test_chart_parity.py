@@ -56,11 +56,9 @@ quantity = st.one_of(
     st.floats(0, 1e9, allow_nan=False, allow_infinity=False),
     st.sampled_from(["500m", "16Gi", "4", "0.5", "1.5Gi", "1e3", "2E6", "+1", ".5", "7.", "100Ki", "3k"]),
 )
-# bytes: 0 (none) or at least 1Mi (rule bytes-below-floor: a bare 64 is 64 bytes)
-byte_quantity = st.one_of(
+byte_quantity = st.one_of(  # 0 (none) or at least 1Mi (rule bytes-below-floor: a bare 64 is 64 bytes)
     st.just(0), st.integers(2**20, 10**12), st.floats(2**20, 1e12, allow_nan=False, allow_infinity=False),
-    st.sampled_from(["16Gi", "1.5Gi", "2E6", "1e9", "100Mi", "3M", "1048576", "1024Ki"]),
-)
+    st.sampled_from(["16Gi", "1.5Gi", "2E6", "1e9", "100Mi", "3M", "1048576", "1024Ki"]))
 cpu_memory = st.fixed_dictionaries({}, optional={"cpu": quantity, "memory": byte_quantity})
 resources = st.fixed_dictionaries({}, optional={"requests": cpu_memory, "limits": cpu_memory})
 # The kinds come from the catalogue: a new kind is drawn without touching this file.

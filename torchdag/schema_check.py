@@ -62,9 +62,14 @@ def schema_report(values: Any) -> tuple[list[Problem], list[Problem], bool]:
 
 def _is_conditional(error: jsonschema.ValidationError) -> bool:
     """A rule that holds only given other fields: the error comes from a `then` or an `else`
-    (an `if`'s), outside propertyNames (there it is a key's own rule)."""
+    that reaches into fields of the object its `if` read (not an `if` on the value itself,
+    such as address-ipv4)."""
     path = list(error.schema_path)
-    return bool({"if", "then", "else"} & set(path)) and "propertyNames" not in path
+    branch = max((i for i, part in enumerate(path) if part in ("then", "else")), default=None)
+    return branch is not None and any(part in _DESCENTS for part in path[branch:])
+
+
+_DESCENTS = {"properties", "items", "prefixItems", "patternProperties", "additionalProperties", "contains"}
 
 
 def show(value: Any) -> str:

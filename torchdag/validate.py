@@ -96,7 +96,9 @@ def _node_problems(values: dict) -> list[Problem]:
     first_by_name: dict[str, int] = {}
     first_by_address: dict[str, int] = {}
     master_index = None
-    names = {index: _text(node.get("name")) for index, node in _dicts(values.get("nodes"))}
+    index_by_name: dict[str, int] = {}  # each name's first node, looked up once per node (jobs of 4,096)
+    for index, node in _dicts(values.get("nodes")):
+        index_by_name.setdefault(_text(node.get("name")), index)
     for index, node in _dicts(values.get("nodes")):
         name = _text(node.get("name"))
         if name is None:
@@ -104,14 +106,14 @@ def _node_problems(values: dict) -> list[Problem]:
         address = _text(node.get("address")) or name
         # the field that holds the address: a node without an address key is reached by its name
         address_field = ("nodes", index, "address" if "address" in node else "name")
-        other = next((i for i, other_name in names.items() if i != index and other_name == address), None)
+        other = index_by_name.get(address)
         if name in first_by_name:
             problems.append(problem("node-duplicate-name", ("nodes", index, "name"), name=name,
                                     first=first_by_name[name]))
         elif address in first_by_address:
             problems.append(problem("node-duplicate-address", address_field, address=address,
                                     first=first_by_address[address]))
-        elif other is not None and "address" in node:
+        elif other is not None and other != index and "address" in node:
             problems.append(problem("node-address-other-name", address_field, address=address, other=other))
         first_by_name.setdefault(name, index)
         first_by_address.setdefault(address, index)

@@ -23,18 +23,18 @@ worded by the catalogue's `messages`; one line per problem, all at once. (dict "
 {{- $distinct := list -}}
 {{- $otherDevice := dict -}}
 {{- $rules := index $cat.backends ($v.backend | default "auto") -}}
-{{- $nodeNames := list }}{{ range $v.nodes }}{{ $nodeNames = append $nodeNames .name }}{{ end -}}
+{{- $indexByName := dict }}{{ range $i, $n := $v.nodes }}{{ if not (hasKey $indexByName $n.name) }}{{ $_ := set $indexByName $n.name $i }}{{ end }}{{ end -}}
 {{- range $index, $node := $v.nodes -}}
 {{- $name := $node.name -}}
 {{- $address := $node.address | default $name -}}
 {{- /* a node without an address key is reached by its name */ -}}
 {{- $addressField := printf "nodes[%d].%s" $index (ternary "address" "name" (hasKey $node "address")) -}}
-{{- $other := -1 }}{{ range $i, $otherName := $nodeNames }}{{ if and (ne $i $index) (eq $otherName $address) (lt $other 0) }}{{ $other = $i }}{{ end }}{{ end -}}
+{{- $other := index $indexByName $address | default -1 -}}
 {{- if hasKey $firstByName $name -}}
 {{- $problems = append $problems (include "torchdag.problem" (list $cat "node-duplicate-name" (printf "nodes[%d].name" $index) (dict "name" $name "first" (index $firstByName $name)))) -}}
 {{- else if hasKey $firstByAddress $address -}}
 {{- $problems = append $problems (include "torchdag.problem" (list $cat "node-duplicate-address" $addressField (dict "address" $address "first" (index $firstByAddress $address)))) -}}
-{{- else if and (ge $other 0) (hasKey $node "address") -}}
+{{- else if and (ge (int $other) 0) (ne (int $other) $index) (hasKey $node "address") -}}
 {{- $problems = append $problems (include "torchdag.problem" (list $cat "node-address-other-name" $addressField (dict "address" $address "other" $other))) -}}
 {{- end -}}
 {{- if not (hasKey $firstByName $name) }}{{ $_ := set $firstByName $name $index }}{{ end -}}
