@@ -56,7 +56,8 @@ def render_py_workflow(values: Path | str) -> dict:
 def helm_spellings(field: str) -> list[str]:
     """How helm's schema errors can name a field render.py calls e.g. `nodes[2].nic`:
     as a JSON pointer (`at '/nodes/2/nic'`), or, for errors about a key (unknown, missing,
-    bad name), as the enclosing object plus the quoted key (`at '/nodes/2': ... 'nic'`).
+    bad name), as the enclosing object plus the quoted key (`at '/nodes/2': ... 'nic'`); a key
+    with '/' in it as RFC 6901 writes it (`at '/labels/torchdag.io~1x'`).
     For a bad key name (propertyNames) helm v4 reports the location as '' whatever the
     object, so there only `invalid propertyName 'KEY'` names it."""
     # render.py writes plain keys as `.key`, indexes as `[2]` and other keys as `['a b']`
@@ -66,9 +67,11 @@ def helm_spellings(field: str) -> list[str]:
     pointer = "/" + "/".join(parts)
     parent = "/" + "/".join(parts[:-1]) if len(parts) > 1 else ""
     key = parts[-1]
+    escaped = "/" + "/".join(part.replace("~", "~0").replace("/", "~1") for part in parts)  # RFC 6901
     return [
         field,
         f"at '{pointer}'",
+        f"at '{escaped}'",
         f"at '{parent}': additional properties '{key}' not allowed",
         f"at '{parent}': missing property '{key}'",
         f"invalid propertyName '{key}'",

@@ -26,7 +26,8 @@ FIT_CASES = [
           _set("nodes.1.name", "192.168.110.256")),
     _case("address-equal-to-other-nodes-name", "nodes[2].address", "also the address of nodes[0]",
           _set("nodes.2.address", "192.168.110.22")),
-    _case("name-equal-to-other-nodes-address", "nodes[1].address", "also the address of nodes[0]",
+    # nodes[1] has no address key: its name is the address the rule names
+    _case("name-equal-to-other-nodes-address", "nodes[1].name", "also the address of nodes[0]",
           _all(_set("nodes.0.address", "10.30.0.2"), _set("nodes.1.name", "10.30.0.2"))),
 ]
 

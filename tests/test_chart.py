@@ -276,7 +276,7 @@ def test_chart_rejections_name_the_field(helm, tmp_path, extra, message):
 def test_all_problems_are_reported_at_once(helm, tmp_path):
     # Helm checks the schema (and the rules it states) first, then the templates check theirs.
     stderr = helm_template(helm, values_file(tmp_path, "env: {RANK: '1', WORLD_SIZE: '2'}\nbackend: nccl\n")).stderr
-    assert "invalid propertyName 'RANK'" in stderr and "invalid propertyName 'WORLD_SIZE'" in stderr
+    assert "at '/env/RANK'" in stderr and "at '/env/WORLD_SIZE'" in stderr  # the field, not `at ''`
     volumes = ("volumes: [{name: a, mountPath: /d, hostPath: {path: /x}}, "
                "{name: b, mountPath: /d/, hostPath: {path: /y}}]")
     stderr = helm_template(helm,

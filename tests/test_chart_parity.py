@@ -20,6 +20,7 @@ from bad_cases import BAD_CASES
 from chart_helpers import REPO, VALUES_FILES, assert_same_workflow, helm_spellings, helm_template
 from torchdag.catalog import accelerator, accelerator_kinds, catalog, hccl_limit
 from torchdag.validate import BUILTIN_VOLUMES, RESERVED_ENV, quantity_value
+from torchdag.values import load_schema
 
 _QuotedDumper = MixedDumper  # the name other test modules import (tests/test_api_server_accepts.py)
 
@@ -43,7 +44,10 @@ hostile_text = st.lists(
               st.text(st.characters(codec="utf-8", exclude_characters="\x00"), max_size=6)), max_size=6,
 ).map("".join).filter(lambda s: "{{" not in s and not REFUSED.search(s))  # what both refuse (tests/bad_cases.py)
 hostile_nonempty = hostile_text.filter(bool)
+INTERPRETER = re.compile(next(rule["not"]["pattern"] for rule in load_schema()["properties"]["script"]["allOf"]
+                              if rule["x-rule"] == "script-interpreter"))  # a program before the script's path
 one_word = hostile_nonempty.map(lambda s: re.sub(r"[\t\n\v\f\r ]", "", s)).filter(bool)  # launcher.python
+command = st.tuples(one_word, st.lists(hostile_nonempty, max_size=2)).map(lambda c: [c[0], *c[1]])  # a program first
 dns_label = st.from_regex(r"[a-z]([a-z0-9-]{0,10}[a-z0-9])?", fullmatch=True)
 env_name = st.from_regex(r"[A-Za-z_][A-Za-z0-9_]{0,12}", fullmatch=True).filter(
     lambda n: n not in RESERVED_ENV and not n.startswith("PET_"))
@@ -52,7 +56,10 @@ quantity = st.one_of(
     st.floats(0, 1e9, allow_nan=False, allow_infinity=False),
     st.sampled_from(["500m", "16Gi", "4", "0.5", "1.5Gi", "1e3", "2E6", "+1", ".5", "7.", "100Ki", "3k"]),
 )
-cpu_memory = st.fixed_dictionaries({}, optional={"cpu": quantity, "memory": quantity})
+byte_quantity = st.one_of(  # 0 (none) or at least 1Mi (rule bytes-below-floor: a bare 64 is 64 bytes)
+    st.just(0), st.integers(2**20, 10**12), st.floats(2**20, 1e12, allow_nan=False, allow_infinity=False),
+    st.sampled_from(["16Gi", "1.5Gi", "2E6", "1e9", "100Mi", "3M", "1048576", "1024Ki"]))
+cpu_memory = st.fixed_dictionaries({}, optional={"cpu": quantity, "memory": byte_quantity})
 resources = st.fixed_dictionaries({}, optional={"requests": cpu_memory, "limits": cpu_memory})
 # The kinds come from the catalogue: a new kind is drawn without touching this file.
 ACCELERATORS = accelerator_kinds()
@@ -177,7 +184,8 @@ def values_strategy(draw) -> dict:
         "name": draw(dns_label),
         "image": draw(st.sampled_from(["registry.example.com/train:1.0", "192.168.110.125:8443/agent/ppo_torch:3.1",
                                        "img@sha256:" + "a" * 64])),
-        "script": draw(hostile_nonempty.filter(lambda s: not s.startswith("-"))),  # else a launcher option
+        # not a launcher option, nor a program before the path (rules script-dash, script-interpreter)
+        "script": draw(hostile_nonempty.filter(lambda s: not s.startswith("-") and not INTERPRETER.match(s))),
         "nodes": draw(nodes_strategy(backend or "auto")),
     }
     if backend is not None:
@@ -200,12 +208,12 @@ def values_strategy(draw) -> dict:
         "hostNetwork": st.booleans(),
         "network": network_strategy.network(section),
         "podSecurity": network_strategy.POD_SECURITY,
-        "shmSize": st.one_of(quantity, st.just("")),
+        "shmSize": st.one_of(byte_quantity, st.just("")),
         "securityContext": security_context,
         "volumes": volumes_strategy(),
         "launcher": section(type=st.sampled_from(["torchrun", "launch"]), python=one_word,
                             maxRestarts=st.integers(0, 10),
-                            extraArgs=st.lists(hostile_text.filter(lambda s: not s.startswith("--")), max_size=3)),
+                            extraArgs=st.lists(hostile_nonempty.filter(lambda s: not s.startswith("--")), max_size=3)),
         "timeouts": section(rendezvous=st.integers(1, 10**6), processGroup=st.integers(1, 10**6),
                             hcclConnect=st.integers(120, 7200), workflowDeadline=st.integers(1, 10**8)),
         "workflow": section(ttlSecondsAfterFinished=st.integers(0, 10**7),
@@ -215,12 +223,12 @@ def values_strategy(draw) -> dict:
         "ascend": section(mountDriver=st.booleans(),
                           driverPath=st.sampled_from(["/", "/opt/ascend/driver", "/usr/local/Ascend/driver//", "/d ü"]),
                           setEnvScript=hostile_text, whitelistDisable=st.booleans(), duoCard=st.booleans()),
-        "preflight": section(enabled=st.booleans(), command=st.lists(hostile_nonempty, min_size=1, max_size=3),
+        "preflight": section(enabled=st.booleans(), command=command,
                              timeout=st.integers(1, 10**4)),
         "scheduling": section(gang=st.sampled_from(["none", "volcano", "kueue", "coscheduling"]),
                               queue=st.one_of(st.just(""), dns_label),
                               schedulerName=st.one_of(st.just(""), dns_label), timeout=st.integers(1, 86400),
-                              watchCommand=st.lists(hostile_nonempty, min_size=1, max_size=3)),
+                              watchCommand=command),
         "containerSecurity": section(allowPrivilegeEscalation=st.booleans(), dropAllCapabilities=st.booleans(),
                                      addCapabilities=st.lists(st.sampled_from(["IPC_LOCK", "SYS_PTRACE", "NET_ADMIN"]),
                                                               max_size=2),
@@ -325,9 +333,10 @@ def test_null_without_meaning_is_refused_by_both(helm, line, tmp_path):
 
 
 def test_helm_spellings_of_a_field():
-    assert helm_spellings("nodes[2].nic")[:3] == ["nodes[2].nic", "at '/nodes/2/nic'",
+    assert helm_spellings("nodes[2].nic")[:4] == ["nodes[2].nic", "at '/nodes/2/nic'", "at '/nodes/2/nic'",
                                                   "at '/nodes/2': additional properties 'nic' not allowed"]
-    assert helm_spellings("image")[3] == "at '': missing property 'image'"
+    assert helm_spellings("image")[4] == "at '': missing property 'image'"
+    assert "at '/labels/torchdag.io~1x'" in helm_spellings("labels['torchdag.io/x']")
 
 
 @pytest.mark.parametrize("case", BAD_CASES, ids=str)

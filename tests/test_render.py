@@ -372,12 +372,12 @@ def test_plain_scalars_read_as_helm_reads_them(tmp_path):
         "a": True, "b": False, "c": 1000.0, "d": 25.0, "e": "n", "f": "e3"}
     values = tmp_path / "cluster.yaml"
     values.write_text("name: n\nimage: i\nscript: /t.py\nnodes: [{name: a}]\n")
-    with pytest.raises(ValuesError, match=r"name: must be a string, got boolean False"):
+    with pytest.raises(ValuesError, match=r"name: must be a string, got boolean false"):
         build(values)
-    values.write_text("name: a\nimage: i\nscript: /t.py\nport: 3e4\nshmSize: 1e3\nnodes: [{name: a}]\n")
+    values.write_text("name: a\nimage: i\nscript: /t.py\nport: 3e4\nshmSize: 2e9\nnodes: [{name: a}]\n")
     doc = render_doc(values)
     assert "--master_port=30000" in doc["spec"]["templates"][1]["container"]["args"]
-    assert doc["spec"]["volumes"][0]["emptyDir"]["sizeLimit"] == "1000"
+    assert doc["spec"]["volumes"][0]["emptyDir"]["sizeLimit"] == "2000000000"
 
 
 @pytest.mark.parametrize("values", [v for v, _ in PAIRS], ids=PAIR_IDS)

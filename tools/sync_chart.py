@@ -297,9 +297,8 @@ def _any_prefix(flag: str) -> str:
 
 
 def generated_definitions(schema: dict) -> dict[str, dict]:
-    """The schema's `$defs` that come from the catalogue and from the schema's defaults: the
-    rules they carry (env-reserved, launcher-planned-flag, resource-name-kind, volume-builtin-name,
-    null-deletes-default, pod-security-ascend-driver, catalog.fit_definitions') are enforced by both renderers."""
+    """The schema's `$defs` from the catalogue and the schema's defaults; both renderers enforce their rules
+    (env-reserved, launcher-planned-flag, resource-name-kind, volume-builtin-name, null-deletes-default, fit's)."""
     sys.path.insert(0, str(REPO))
     from torchdag import catalog
 
@@ -309,10 +308,12 @@ def generated_definitions(schema: dict) -> dict[str, dict]:
     flags = "|".join(_any_prefix(flag) for flag in catalog.planned_launcher_flags())
     devices = [kind for kind in catalog.accelerator_kinds() if catalog.accelerator(kind)["resource"]]
     return {
-        "reservedEnvName": {"enum": catalog.reserved_env()},
-        "plannedLauncherFlag": {"pattern": f"^--({flags})(=[\\s\\S]*)?$"},
-        "resourceNameKind": {"x-rule": "resource-name-kind", "enum": devices, "x-message": "takes no resource name: "
-                             f"only accelerator kinds do ({', '.join(devices)}); a cpu node gets no device limit"},
+        "reservedEnvNames": {"properties": {name: {"$ref": "#/$defs/reservedEnv"} for name in catalog.reserved_env()}},
+        "plannedLauncherFlag": {"type": "string", "pattern": f"^--({flags})(=[\\s\\S]*)?$"},
+        "resourceNameMap": {"properties": {kind: {"$ref": "#/$defs/extendedResourceName"} for kind in devices},
+                            "additionalProperties": {"x-rule": "resource-name-kind", "not": {}, "x-message": "takes no "
+                                                     f"resource name: only accelerator kinds do ({', '.join(devices)});"
+                                                     " a cpu node gets no device limit"}},
         "builtinVolumeName": {"enum": catalog.builtin_volumes()},
         "nullRefused": null_refused(schema, catalog.catalog()["nullMessage"]), **catalog.fit_definitions(),
     }

@@ -141,13 +141,14 @@ def fit_definitions() -> dict[str, dict]:
     pod-security-ascend-driver read, as `$defs` (tools/sync_chart.py writes them in): the Ascend
     kinds, the host ports HCCL takes and the env that moves them, the ports only
     CAP_NET_BIND_SERVICE binds on the host network, the timeouts below HCCL_EXEC_TIMEOUT's step
-    (each a positive number: what is not is the schema's own refusal)."""
+    (each an integer: a rule's `if` must not hold for a value of another type, such as a quoted
+    number, which the schema refuses on its own)."""
     ports = catalog()["ports"]
     hccl = ports["hcclHost"]
     return {
         "ascendKind": {"enum": [kind for kind in accelerator_kinds() if is_ascend(kind)]},
-        "hcclHostPort": {"minimum": hccl["base"], "maximum": hccl["base"] + hccl["count"] - 1},
+        "hcclHostPort": {"type": "integer", "minimum": hccl["base"], "maximum": hccl["base"] + hccl["count"] - 1},
         "hcclPortEnv": {"anyOf": [{"required": [name]} for name in hccl["env"]]},
-        "privilegedPort": {"minimum": 1, "maximum": ports["unprivilegedPortStart"] - 1},
-        "hcclExecShort": {"minimum": 1, "maximum": catalog()["hcclExecTimeout"]["step"] - 1},
+        "privilegedPort": {"type": "integer", "minimum": 1, "maximum": ports["unprivilegedPortStart"] - 1},
+        "hcclExecShort": {"type": "integer", "minimum": 1, "maximum": catalog()["hcclExecTimeout"]["step"] - 1},
     }

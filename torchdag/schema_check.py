@@ -6,10 +6,12 @@ from __future__ import annotations
 import difflib
 import functools
 import json
+import math
 import re
 from typing import Any, Iterator
 
 import jsonschema
+import yaml
 
 from .catalog import fill
 from .problems import Problem
@@ -41,15 +43,45 @@ def _validator():
 
 
 def schema_problems(values: Any) -> list[Problem]:
-    problems = []
+    plain, conditional, _ = schema_report(values)
+    return plain + conditional
+
+
+def schema_report(values: Any) -> tuple[list[Problem], list[Problem], bool]:
+    """The schema's problems in two parts: those of one field, and those of rules across fields
+    (a subschema under `if`: they judge a combination); and whether a key is unknown, which
+    makes the combination unknown too: a misspelled key's default stands in for what was meant."""
+    plain: list[Problem] = []
+    conditional: list[Problem] = []
+    unknown = False
     for error in _validator().iter_errors(values):
-        problems.extend(_explain(error, values))
-    return problems
+        unknown = unknown or error.validator == "additionalProperties" and isinstance(error.validator_value, bool)
+        (conditional if _is_conditional(error) else plain).extend(_explain(error, values))
+    return plain, conditional, unknown
+
+
+def _is_conditional(error: jsonschema.ValidationError) -> bool:
+    """A rule that holds only given other fields: the error comes from a `then` or an `else`
+    that reaches into fields of the object its `if` read (not an `if` on the value itself,
+    such as address-ipv4)."""
+    path = list(error.schema_path)
+    branch = max((i for i, part in enumerate(path) if part in ("then", "else")), default=None)
+    return branch is not None and any(part in _DESCENTS for part in path[branch:])
+
+
+_DESCENTS = {"properties", "items", "prefixItems", "patternProperties", "additionalProperties", "contains"}
 
 
 def show(value: Any) -> str:
-    text = repr(value)
+    """A value as the user wrote it: strings quoted ('x'), everything else as YAML writes it
+    (true, null, [600], {a: 1}), never Python's spelling (True, None)."""
+    text = repr(value) if isinstance(value, str) else _yaml_flow(value)
     return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _yaml_flow(value: Any) -> str:
+    text = yaml.safe_dump(value, default_flow_style=True, width=10**9, allow_unicode=True).strip()
+    return text[:-len("\n...")].strip() if text.endswith("\n...") else text
 
 
 def _default_text(path: tuple) -> str:
@@ -121,16 +153,19 @@ def _explain(error: jsonschema.ValidationError, document: Any) -> Iterator[Probl
     elif kind == "additionalProperties":
         known = sorted(schema.get("properties", {}))
         for key in sorted(set(value) - set(known)):
-            hint = difflib.get_close_matches(key, known, n=1)
-            did_you_mean = f"did you mean '{hint[0]}'? " if hint else ""
-            yield Problem(path + (key,), f"unknown key; {did_you_mean}allowed: {', '.join(known)}")
+            hint = _did_you_mean_key(key, known, path)
+            yield Problem(path + (key,), f"unknown key; {hint}allowed: {', '.join(known)}")
     elif kind == "type":
         wanted = error.validator_value
         wanted = [wanted] if isinstance(wanted, str) else wanted
+        unquote = _unquote_hint(value, wanted)
         wanted = " or ".join(_SCHEMA_TYPE_WORDS.get(w, w) for w in wanted)
-        yield Problem(path, f"must be {_article(wanted)} {wanted}, got {_type_name(value)} {show(value)}")
+        got = "null" if value is None else f"{_type_name(value)} {show(value)}"
+        yield Problem(path, f"must be {_article(wanted)} {wanted}, got {got}{unquote}")
     elif kind == "enum":
-        yield Problem(path, f"{show(value)} is not one of: {', '.join(map(str, error.validator_value))}")
+        options = error.validator_value
+        yield Problem(path, f"{show(value)} is not one of: {', '.join(_yaml_flow(o) for o in options)}"
+                            f"{_did_you_mean_value(value, options)}")
     elif kind == "maxLength":
         yield Problem(path, f"{show(value)} is longer than {error.validator_value} characters")
     elif kind == "minLength":
@@ -155,6 +190,68 @@ def _explain(error: jsonschema.ValidationError, document: Any) -> Iterator[Probl
         yield Problem(path, f"must be {show(error.validator_value)}")
     else:  # a keyword without a friendlier wording yet: jsonschema's own message is still one line
         yield Problem(path, error.message)
+
+
+def _did_you_mean_value(value: Any, options: list) -> str:
+    """`Ascend310P` -> ascend310p: the same word in another case first, else a close one."""
+    if not isinstance(value, str):
+        return ""
+    words = [option for option in options if isinstance(option, str)]
+    same = [word for word in words if word.lower() == value.lower()]
+    hint = same or difflib.get_close_matches(value.lower(), words, n=1)
+    return f"; did you mean {hint[0]}?" if hint else ""
+
+
+def _did_you_mean_key(key: str, known: list[str], path: tuple) -> str:
+    """A close key at this level, else the same key where the schema has it (`gang` at the top
+    is scheduling.gang)."""
+    hint = difflib.get_close_matches(key, known, n=1)
+    if hint:
+        return f"did you mean '{hint[0]}'? "
+    here = "".join("[]" if isinstance(part, int) else f".{part}" for part in path).lstrip(".")
+    elsewhere = [where for where in _key_paths().get(key.lower(), []) if where.rpartition(".")[0] != here]
+    if elsewhere:
+        named = [f"'{where}'" if "." in where else f"the top-level '{where}'" for where in elsewhere[:2]]
+        return f"did you mean {' or '.join(named)}? (a key of another section) "
+    return ""
+
+
+@functools.lru_cache(maxsize=None)
+def _key_paths() -> dict[str, list[str]]:
+    """Every key of the schema -> where it is allowed (`gang` -> [`scheduling.gang`]); a
+    node's keys are `nodes[].key`."""
+    found: dict[str, list[str]] = {}
+
+    def walk(node: Any, where: str, depth: int) -> None:
+        while isinstance(node, dict) and "$ref" in node and "properties" not in node:
+            node = load_schema()["$defs"][node["$ref"].split("/")[-1]]
+        if not isinstance(node, dict) or depth > 3:
+            return
+        for key, sub in node.get("properties", {}).items():
+            path = f"{where}.{key}" if where else key
+            found.setdefault(key.lower(), []).append(path)
+            walk(sub, path, depth + 1)
+        if isinstance(node.get("items"), dict):
+            walk(node["items"], f"{where}[]", depth + 1)
+
+    walk(load_schema(), "", 0)
+    return found
+
+
+def _unquote_hint(value: Any, wanted: list[str]) -> str:
+    """A quoted number or boolean: say what to write instead."""
+    if not isinstance(value, str):
+        return ""
+    if {"integer", "number"} & set(wanted):
+        try:
+            number = float(value)
+        except ValueError:
+            return ""
+        if math.isfinite(number) and ("number" in wanted or number.is_integer()):
+            return f"; write {value.strip()} without quotes"
+    if "boolean" in wanted and value.strip() in ("true", "false"):
+        return f"; write {value.strip()} without quotes"
+    return ""
 
 
 def _first_allowed(error: jsonschema.ValidationError) -> str | None:

@@ -17,7 +17,7 @@ from . import catalog
 from .catalog import problem
 from .network import is_pod
 from .problems import Problem
-from .schema_check import schema_problems, show
+from .schema_check import schema_problems, schema_report, show
 from .values import load_schema
 from .yamlout import quantity
 
@@ -97,17 +97,25 @@ def _node_problems(values: dict) -> list[Problem]:
     first_by_name: dict[str, int] = {}
     first_by_address: dict[str, int] = {}
     master_index = None
+    index_by_name: dict[str, int] = {}  # each name's first node, looked up once per node (jobs of 4,096)
+    for index, node in _dicts(values.get("nodes")):
+        index_by_name.setdefault(_text(node.get("name")), index)
     for index, node in _dicts(values.get("nodes")):
         name = _text(node.get("name"))
         if name is None:
             continue
         address = _text(node.get("address")) or name
+        # the field that holds the address: a node without an address key is reached by its name
+        address_field = ("nodes", index, "address" if "address" in node else "name")
+        other = index_by_name.get(address)
         if name in first_by_name:
             problems.append(problem("node-duplicate-name", ("nodes", index, "name"), name=name,
                                     first=first_by_name[name]))
         elif address in first_by_address:
-            problems.append(problem("node-duplicate-address", ("nodes", index, "address"), address=address,
+            problems.append(problem("node-duplicate-address", address_field, address=address,
                                     first=first_by_address[address]))
+        elif other is not None and other != index and "address" in node:
+            problems.append(problem("node-address-other-name", address_field, address=address, other=other))
         first_by_name.setdefault(name, index)
         first_by_address.setdefault(address, index)
         if node.get("master") is True:
@@ -160,7 +168,8 @@ def backend_problems(values: dict) -> list[Problem]:
     other = next(((index, kind) for index,
                   kind in kinds if catalog.accelerator(kind)["device"] not in rules.get("devices", [])), None)
     if rules.get("devices") and other:
-        message = catalog.fill(rules["otherDevice"], {**fields, "index": other[0], "kind": other[1]})
+        text = rules["otherDevice"] if len(distinct) > 1 else rules["otherDeviceAll"]
+        message = catalog.fill(text, {**fields, "index": other[0], "kind": other[1]})
     elif rules.get("mixedKinds") and len(distinct) > 1:
         message = catalog.fill(rules["mixedKinds"], fields)
     elif rules.get("cardLimits"):
@@ -218,12 +227,56 @@ def _volume_problems(values: dict) -> list[Problem]:
         if mount_path is None or not mount_path.startswith("/"):
             continue
         mount = clean_path(mount_path)
-        if mount in taken:
+        argo = next((path for path in catalog.catalog()["argoMounts"] if (mount + "/").startswith(path + "/")), None)
+        if argo:
+            problems.append(problem("volume-argo-mount", ("volumes", index, "mountPath"), shown=show(mount_path),
+                                    argo=argo))
+        elif mount in taken:
             rule, fields = taken[mount]
             problems.append(problem(rule, ("volumes", index, "mountPath"), shown=show(mount_path), **fields))
         else:
             taken[mount] = ("volume-duplicate-mount", {"first": index})
     return problems
+
+
+def _byte_floor_problems(values: dict) -> list[Problem]:
+    """Rule bytes-below-floor: a quantity of bytes (shmSize, memory) is a count of bytes when it
+    has no suffix, so `shmSize: 16` is 16 bytes; below the catalogue's floor (1Mi) no training
+    container runs, and the number was almost surely meant in Gi."""
+    floor = catalog.catalog()["limits"]["byteFloor"]
+    fields = [(("shmSize",), values.get("shmSize"))]
+    owners = [(("resources",), values.get("resources"))]
+    owners += [(("nodes", index, "resources"), node["resources"]) for index, node in _dicts(values.get("nodes"))
+               if "resources" in node]
+    for path, resources in owners:
+        resources = resources if isinstance(resources, dict) else {}
+        for part in ("requests", "limits"):
+            if "memory" in _section(resources, part):
+                fields.append((path + (part, "memory"), resources[part]["memory"]))
+    problems = []
+    for path, value in fields:
+        amount = quantity_value(value)
+        if amount is not None and 0 < amount < floor:
+            problems.append(problem("bytes-below-floor", path, shown=quantity(value)))
+    return problems
+
+
+def _image_problems(values: dict) -> list[Problem]:
+    """Rule image-name-too-long: the kubelet parses the image as distribution/reference's
+    ParseNormalizedNamed does: the name (registry and repository, without tag and digest), with
+    docker.io/ (and library/) added where the image names no registry, is at most 255 characters."""
+    image = values.get("image")
+    if not isinstance(image, str):
+        return []
+    name = re.sub(r"(:[^/:@]*)?(@[\s\S]*)?\Z", "", image, count=1)
+    first, slash, rest = name.partition("/")
+    registry = slash and (any(c in first for c in ".:") or first == "localhost" or first.lower() != first)
+    normalized = name if registry else "docker.io/" + ("" if slash else "library/") + name
+    limit = catalog.catalog()["limits"]["imageName"]
+    if len(normalized) <= limit:
+        return []
+    return [problem("image-name-too-long", ("image",), length=len(normalized), limit=limit,
+                    normalized=" as docker.io/..." if not registry else "")]
 
 
 @functools.lru_cache(maxsize=None)
@@ -291,11 +344,21 @@ def semantic_problems(values: dict) -> list[Problem]:
     """Rules across fields. They read only what has the schema's shape, so they run
     beside the schema check and every independent problem is reported at once."""
     return (_node_problems(values) + backend_problems(values) + _size_problems(values) + _volume_problems(values)
-            + _resource_problems(values) + _name_problems(values))
+            + _resource_problems(values) + _name_problems(values) + _byte_floor_problems(values)
+            + _image_problems(values))
 
 
 def validate(values: Any) -> list[Problem]:
     """All problems of a merged values document; an empty list means it is valid."""
     if not isinstance(values, dict):
         return schema_problems(values)
-    return schema_problems(values) + string_problems(values) + semantic_problems(values) + _restart_problems(values)
+    plain, conditional, unknown_key = schema_report(values)
+    # A field already refused on its own (a quoted number, a value not in its enum) is not also
+    # judged by a rule across fields: that rule would read it as something it is not.
+    refused = {problem.path for problem in plain}
+    across = [problem for problem in conditional + semantic_problems(values) + _restart_problems(values)
+              if problem.path not in refused]
+    # A misspelled key leaves its default in place of what was meant: rules across fields would
+    # judge that default (a misspelled accelerator reads as cpu, then the backend is wrong), so
+    # they wait until the key is fixed; each field's own problems are all reported now.
+    return plain + string_problems(values) + ([] if unknown_key else across)

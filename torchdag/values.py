@@ -136,7 +136,7 @@ def _documents(text: str, source: str) -> list:
     except GraphProblem as err:
         raise ValuesError(source, [Problem((), str(err))]) from None
     except yaml.YAMLError as err:
-        raise ValuesError(source, [Problem((), yaml_problem(err))]) from None
+        raise ValuesError(source, [Problem((), yaml_problem(err, text))]) from None
     except RecursionError:  # pragma: no cover - only PyYAML's pure-Python composer recurses
         message = f"lists and mappings are nested more than {MAX_DEPTH} levels deep; the limit is {MAX_DEPTH}"
         raise ValuesError(source, [Problem((), message)]) from None

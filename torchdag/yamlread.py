@@ -375,13 +375,16 @@ _HINTS = {  # what a terse parser message means in a values file
 }
 
 
-def yaml_problem(err: yaml.YAMLError) -> str:
+def yaml_problem(err: yaml.YAMLError, text: str = "") -> str:
     if isinstance(err, yaml.MarkedYAMLError):
         if err.problem == "exceeded maximum nesting depth":  # libyaml's own limit, 1,000 levels
             return f"lists and mappings are nested more than {MAX_DEPTH} levels deep; the limit is {MAX_DEPTH}"
         mark = err.problem_mark or err.context_mark
         where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "somewhere"
         hint = _HINTS.get(err.problem or "", "")
+        row = text.split("\n")[mark.line] if mark and mark.line < text.count("\n") + 1 else ""
+        if "\t" in row[mark.column:mark.column + 1] + row[:len(row) - len(row.lstrip(" \t"))]:
+            hint = " (a tab character: YAML indents with spaces only; replace the tab with spaces)"
         return f"not valid YAML at {where}: {err.problem or err.context}{hint}"
     return f"not valid YAML: {err}"
 

@@ -30,6 +30,10 @@ The catalogue as JSON; read it with `include "torchdag.catalog" . | fromJson`. *
     }
   },
   "argoFullCrdMaxItems": 200,
+  "argoMounts": [
+    "/var/run/argo",
+    "/run/argo"
+  ],
   "argoStatus": {
     "maxBytes": 1048576,
     "perAttempt": 1024,
@@ -82,13 +86,15 @@ The catalogue as JSON; read it with `include "torchdag.catalog" . | fromJson`. *
         "npu"
       ],
       "mixedKinds": "hccl cannot span different Ascend kinds ({kinds}); use backend: gloo to train across them",
-      "otherDevice": "hccl needs Ascend nodes, but nodes[{index}] is {kind}; use backend: gloo to mix kinds"
+      "otherDevice": "hccl needs Ascend nodes, but nodes[{index}] is {kind}; use backend: gloo to mix kinds",
+      "otherDeviceAll": "hccl needs Ascend nodes, but the nodes are {kind}; use backend: auto, which picks what {kind} nodes need, or gloo"
     },
     "nccl": {
       "devices": [
         "cuda"
       ],
-      "otherDevice": "nccl needs GPU nodes (device cuda), but nodes[{index}] is {kind}; use backend: gloo to mix kinds"
+      "otherDevice": "nccl needs GPU nodes (device cuda), but nodes[{index}] is {kind}; use backend: gloo to mix kinds",
+      "otherDeviceAll": "nccl needs GPU nodes (device cuda), but the nodes are {kind}; use backend: auto, which picks what {kind} nodes need, or gloo"
     }
   },
   "chartPlaceholders": {
@@ -525,15 +531,20 @@ The catalogue as JSON; read it with `include "torchdag.catalog" . | fromJson`. *
   ],
   "limits": {
     "annotationBytes": 258048,
-    "argBytes": 131071
+    "argBytes": 131071,
+    "byteFloor": 1048576,
+    "imageName": 255
   },
   "messages": {
     "annotations-too-large": "hold {bytes} bytes; at most {limit} fit: Kubernetes allows 262144 bytes of annotations per object, and Argo and the gang scheduler add their own to the Workflow and to every pod",
     "arg-too-long": "is {bytes} bytes; Linux refuses a single argument over {limit} bytes (MAX_ARG_STRLEN)",
+    "bytes-below-floor": "is {shown}, less than 1Mi: a quantity without a unit counts bytes (64 is 64 bytes), too little for any training container; write the unit, e.g. 64Gi",
     "chart-placeholder": "is required: values.yaml holds only a placeholder ({placeholder}); set it in your values file (helm install NAME chart -f cluster.yaml)",
     "env-too-long": "is {bytes} bytes; Linux refuses an environment string over {limit} bytes (MAX_ARG_STRLEN)",
+    "image-name-too-long": "has a name of {length} characters{normalized} (registry and repository, without tag and digest); the kubelet cannot parse one over {limit} (InvalidImageName)",
     "name-run-length": "{shown} is {length} characters; render.py names each run after it (generateName '<name>-' plus 5 random characters) and takes at most {limit}, the longest its annotation budget counts on (Argo writes the run's name into every pod's annotations); the chart, which names the Workflow after the release, takes up to 63",
     "network-service-name": "{shown} starts with a digit: on the pod network each run's headless Service is named after the Workflow (<name>-xxxxx), and a Service name starts with a letter (DNS-1035)",
+    "node-address-other-name": "'{address}' is the name of nodes[{other}], a machine of its own: as this node's address it would reach that machine; give this node's own address",
     "node-duplicate-address": "'{address}' is also the address of nodes[{first}]; each node needs its own address",
     "node-duplicate-name": "'{name}' duplicates nodes[{first}].name; each machine is listed once",
     "node-two-masters": "more than one master: nodes[{first}] is the master already; at most one node may set master: true",
@@ -543,6 +554,7 @@ The catalogue as JSON; read it with `include "torchdag.catalog" . | fromJson`. *
     "string-argo-braces": "{shown} contains '{{ "{{" }}', which Argo would read as a placeholder and cannot escape; remove it",
     "string-control": "{subject}contains a control character (DEL, U+0080-U+009F, U+FFFE or U+FFFF), which YAML cannot carry; remove it",
     "string-nul": "{subject}contains a NUL character, which no process argument or environment value can carry",
+    "volume-argo-mount": "{shown} is in {argo}, where Argo's controller mounts its executor into every pod (var-run-argo); choose another path",
     "volume-duplicate-mount": "{shown} is also the mountPath of volumes[{first}]",
     "volume-duplicate-name": "{shown} duplicates volumes[{first}].name",
     "volume-on-driver": "{shown} is where torchdag mounts the Ascend driver ({mount}); set ascend.mountDriver: false to mount the driver yourself",

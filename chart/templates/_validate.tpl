@@ -23,13 +23,19 @@ worded by the catalogue's `messages`; one line per problem, all at once. (dict "
 {{- $distinct := list -}}
 {{- $otherDevice := dict -}}
 {{- $rules := index $cat.backends ($v.backend | default "auto") -}}
+{{- $indexByName := dict }}{{ range $i, $n := $v.nodes }}{{ if not (hasKey $indexByName $n.name) }}{{ $_ := set $indexByName $n.name $i }}{{ end }}{{ end -}}
 {{- range $index, $node := $v.nodes -}}
 {{- $name := $node.name -}}
 {{- $address := $node.address | default $name -}}
+{{- /* a node without an address key is reached by its name */ -}}
+{{- $addressField := printf "nodes[%d].%s" $index (ternary "address" "name" (hasKey $node "address")) -}}
+{{- $other := index $indexByName $address | default -1 -}}
 {{- if hasKey $firstByName $name -}}
 {{- $problems = append $problems (include "torchdag.problem" (list $cat "node-duplicate-name" (printf "nodes[%d].name" $index) (dict "name" $name "first" (index $firstByName $name)))) -}}
 {{- else if hasKey $firstByAddress $address -}}
-{{- $problems = append $problems (include "torchdag.problem" (list $cat "node-duplicate-address" (printf "nodes[%d].address" $index) (dict "address" $address "first" (index $firstByAddress $address)))) -}}
+{{- $problems = append $problems (include "torchdag.problem" (list $cat "node-duplicate-address" $addressField (dict "address" $address "first" (index $firstByAddress $address)))) -}}
+{{- else if and (ge (int $other) 0) (ne (int $other) $index) (hasKey $node "address") -}}
+{{- $problems = append $problems (include "torchdag.problem" (list $cat "node-address-other-name" $addressField (dict "address" $address "other" $other))) -}}
 {{- end -}}
 {{- if not (hasKey $firstByName $name) }}{{ $_ := set $firstByName $name $index }}{{ end -}}
 {{- if not (hasKey $firstByAddress $address) }}{{ $_ := set $firstByAddress $address $index }}{{ end -}}
@@ -45,7 +51,7 @@ worded by the catalogue's `messages`; one line per problem, all at once. (dict "
 {{- $fields := dict "backend" $v.backend "kinds" (join ", " $distinct) "nnodes" (len $v.nodes) -}}
 {{- $backendProblem := "" -}}
 {{- if $otherDevice -}}
-{{- $backendProblem = include "torchdag.fill" (dict "text" $rules.otherDevice "fields" (merge $otherDevice $fields)) -}}
+{{- $backendProblem = include "torchdag.fill" (dict "text" (ternary $rules.otherDevice $rules.otherDeviceAll (gt (len $distinct) 1)) "fields" (merge $otherDevice $fields)) -}}
 {{- else if and $rules.mixedKinds (gt (len $distinct) 1) -}}
 {{- $backendProblem = include "torchdag.fill" (dict "text" $rules.mixedKinds "fields" $fields) -}}
 {{- else if $rules.cardLimits -}}
@@ -90,9 +96,12 @@ worded by the catalogue's `messages`; one line per problem, all at once. (dict "
 {{- $problems = append $problems (include "torchdag.problem" (list $cat "volume-duplicate-name" (printf "volumes[%d].name" $index) (dict "shown" (include "torchdag.validate.show" $volume.name) "first" (index $names $volume.name)))) -}}
 {{- else }}{{ $_ := set $names $volume.name $index }}{{ end -}}
 {{- $mount := clean $volume.mountPath -}}
-{{- with index $taken $mount -}}
+{{- $argo := "" }}{{ range $cat.argoMounts }}{{ if and (not $argo) (hasPrefix (printf "%s/" .) (printf "%s/" $mount)) }}{{ $argo = . }}{{ end }}{{ end -}}
+{{- if $argo -}}
+{{- $problems = append $problems (include "torchdag.problem" (list $cat "volume-argo-mount" (printf "volumes[%d].mountPath" $index) (dict "shown" (include "torchdag.validate.show" $volume.mountPath) "argo" $argo))) -}}
+{{- else }}{{ with index $taken $mount -}}
 {{- $problems = append $problems (include "torchdag.problem" (list $cat .rule (printf "volumes[%d].mountPath" $index) (merge (dict "shown" (include "torchdag.validate.show" $volume.mountPath)) .))) -}}
-{{- else }}{{ $_ := set $taken $mount (dict "rule" "volume-duplicate-mount" "first" $index) }}{{ end -}}
+{{- else }}{{ $_ := set $taken $mount (dict "rule" "volume-duplicate-mount" "first" $index) }}{{ end }}{{ end -}}
 {{- end -}}
 
 {{- /* rule resources-request-over-limit: top-level resources and each node's own; quantities as numbers (catalogue `quantity`) */ -}}
@@ -116,6 +125,21 @@ worded by the catalogue's `messages`; one line per problem, all at once. (dict "
 {{- $problems = append $problems (include "torchdag.problem" (list $cat "release-name-service" "release name" (dict "shown" (printf "'%s'" $release)))) -}}
 {{- end -}}
 {{- end -}}
+
+{{- /* rule bytes-below-floor: shmSize and memory below the catalogue's floor (a bare number counts bytes) */ -}}
+{{- $bytes := dict }}{{ if not (eq (toString $v.shmSize) "") }}{{ $_ := set $bytes "shmSize" $v.shmSize }}{{ end -}}
+{{- range $owner, $resources := $owners }}{{ range $part := list "requests" "limits" -}}
+{{- with index ((index $resources $part) | default dict) "memory" }}{{ $_ := set $bytes (printf "%s.%s.memory" $owner $part) . }}{{ end -}}
+{{- end }}{{ end -}}
+{{- range $path, $amount := $bytes }}{{ $value := include "torchdag.quantityValue" (list $cat $amount) | float64 -}}
+{{- if and (gt $value 0.0) (lt $value (float64 $cat.limits.byteFloor)) }}{{ $problems = append $problems (include "torchdag.problem" (list $cat "bytes-below-floor" $path (dict "shown" (include "torchdag.quantity" $amount)))) }}{{ end -}}
+{{- end -}}
+
+{{- /* rule image-name-too-long: the name as the kubelet normalizes it (docker.io/, library/) is at most limits.imageName */ -}}
+{{- $imageName := regexReplaceAll "(:[^/:@]*)?(@[\\s\\S]*)?$" $v.image "" }}{{ $first := (splitn "/" 2 $imageName)._0 }}{{ $hasSlash := contains "/" $imageName -}}
+{{- $registry := and $hasSlash (or (contains "." $first) (contains ":" $first) (eq $first "localhost") (ne (lower $first) $first)) -}}
+{{- $normalized := ternary $imageName (printf "docker.io/%s%s" (ternary "" "library/" $hasSlash) $imageName) $registry -}}
+{{- if gt (len $normalized) (int $cat.limits.imageName) }}{{ $problems = append $problems (include "torchdag.problem" (list $cat "image-name-too-long" "image" (dict "length" (len $normalized) "limit" (int $cat.limits.imageName) "normalized" (ternary "" " as docker.io/..." $registry)))) }}{{ end -}}
 
 {{- /* Chart only: values.yaml's placeholders for the required keys let `helm lint` render; a real release refuses them. */ -}}
 {{- if or .root.Release.IsInstall .root.Release.IsUpgrade -}}
