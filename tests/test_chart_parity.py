@@ -328,10 +328,6 @@ def test_null_without_meaning_is_refused_by_both(helm, line, tmp_path):
     assert any(spelling in result.stderr for spelling in helm_spellings(field)), result.stderr
 
 
-# --- Rejection parity ----------------------------------------------------------------------
-
-
-
 def test_helm_spellings_of_a_field():
     assert helm_spellings("nodes[2].nic")[:4] == ["nodes[2].nic", "at '/nodes/2/nic'", "at '/nodes/2/nic'",
                                                   "at '/nodes/2': additional properties 'nic' not allowed"]

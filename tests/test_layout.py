@@ -14,7 +14,7 @@ from torchdag import catalog, plan
 from torchdag.values import load_schema
 
 CHART_LOGIC = ("_plan.tpl", "_validate.tpl", "_helpers.tpl")
-CHART_LOGIC_LIMIT = 520  # non-blank lines, issue 20
+CHART_LOGIC_LIMIT = 560  # non-blank lines (issue 20 set 520; the front door round 4 adds rules the schema cannot state)
 # Rules only one renderer has: the chart's placeholders exist only in chart/values.yaml; the
 # chart names its Workflow after the release (checked there), render.py its runs after `name`.
 ONE_TWIN = {"chart-placeholder": "chart", "release-name-service": "chart", "name-run-length": "python",
