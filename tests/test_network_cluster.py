@@ -138,7 +138,7 @@ def test_a_mixed_ascend_and_cpu_pod_network_job_succeeds_where_baseline_is_enfor
 def test_a_host_network_job_is_refused_in_kubernetes_words(kube, baseline, tmp_path):
     nodes, namespace, kubelet = baseline
     values = {"name": "hostnet", "namespace": namespace, "image": "registry.example.com/torchdag/trainer:0.1.0",
-              "script": "/opt/torchdag/trainer/train.py", "nodes": [{"name": node, "nic": "eth0"} for node in nodes[:2]]}
+              "script": "/opt/torchdag/trainer/train.py", "nodes": [{"name": node, "nic": "em1"} for node in nodes[:2]]}
     name = submit(kube, tmp_path, namespace, values)
     wf = wait_for(f"Workflow {name} to end", lambda: ended(kube, namespace, name), timeout=120, kubelet=kubelet)
     assert wf["status"]["phase"] in ("Failed", "Error")
