@@ -164,7 +164,7 @@ argo-lint: $(ARGOLINT) $(ARGOLINT_V3) ## Argo's own validator (v4 and v3) on FIL
 		echo "$$($$lint --version)"; $$lint $(FILES) || status=$$?; \
 	done; exit $$status
 
-# The database Argo's controller offloads node status to (torchdag/cluster/postgres.py):
+# The database Argo's controller offloads node status to (testbed/cluster/postgres.py):
 # Debian's PostgreSQL 15, installed when missing; the cluster runs its own server of it.
 POSTGRES := /usr/lib/postgresql/15/bin/postgres
 $(POSTGRES):
@@ -173,7 +173,7 @@ $(POSTGRES):
 
 # The cluster's state (pids, logs, certificates, kubeconfig) lives in CLUSTER_DIR.
 CLUSTER_DIR ?= .cluster
-CLUSTER := $(RENDER_PY) -m torchdag.cluster --dir $(CLUSTER_DIR)
+CLUSTER := $(RENDER_PY) -m testbed.cluster --dir $(CLUSTER_DIR)
 cluster-up: $(RENDER_STAMP) $(CLUSTER_BINS) $(WORKFLOW_CONTROLLER) $(ARGOEXEC) $(KUBECTL) $(POSTGRES) ## start a local control plane + Argo's controller (processes on 127.0.0.1); CLUSTER_DIR/kubeconfig
 	$(CLUSTER) up
 
@@ -184,7 +184,7 @@ cluster-nodes: $(RENDER_STAMP) ## register VALUES' nodes as Ready Nodes of the l
 # GPU nodes train on CPU, as `make smoke --cpu` (docs/kubelet.md).
 KUBELET_ARGS ?= --cpu
 cluster-kubelet: $(VENV_STAMP) ## run the pods of the registered Nodes as local processes (background; KUBELET_ARGS, default --cpu)
-	$(PY) -m torchdag.cluster --dir $(CLUSTER_DIR) kubelet $(KUBELET_ARGS)
+	$(PY) -m testbed.cluster --dir $(CLUSTER_DIR) kubelet $(KUBELET_ARGS)
 
 cluster-down: $(RENDER_STAMP) ## stop the local cluster's processes and remove CLUSTER_DIR
 	$(CLUSTER) down
@@ -262,7 +262,7 @@ golden: $(VENV_STAMP) ## regenerate tests/golden/ from examples/ and tests/cases
 	$(PY) tests/golden.py --write
 
 smoke: $(VENV_STAMP) ## run VALUES' rendered DAG as local processes (default examples/local.yaml; SMOKE_ARGS=...)
-	$(PY) -m torchdag.localrun $(SMOKE_VALUES) $(SMOKE_ARGS)
+	$(PY) -m testbed.localrun $(SMOKE_VALUES) $(SMOKE_ARGS)
 
 chart-sync: $(VENV_STAMP) ## regenerate chart/values.yaml, chart/values.schema.json, chart/README.md from schema/
 	$(PY) tools/sync_chart.py

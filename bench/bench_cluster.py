@@ -16,7 +16,7 @@ creation is bounded by its Kubernetes client (workflow-controller `--qps 20 --bu
 the defaults; no `resourceRateLimit`, so unlimited there).
 
 The cluster has Argo's full CRDs, as Argo v4 installs them by default (applied server-side
-by torchdag/cluster): past 200 DAG tasks render.py writes the nodes in loop tasks
+by testbed/cluster): past 200 DAG tasks render.py writes the nodes in loop tasks
 (docs/architecture.md). `--crd minimal` swaps in the minimal Workflow CRD (Argo v3's
 default, a documented variant); each JSON row says which one the cluster had.
 
@@ -39,10 +39,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from testbed.cluster import procs  # noqa: E402
+from testbed.cluster.layout import Layout  # noqa: E402
+from testbed.cluster.up import Cluster  # noqa: E402
 from torchdag.catalog import catalog  # noqa: E402
-from torchdag.cluster import procs  # noqa: E402
-from torchdag.cluster.layout import Layout  # noqa: E402
-from torchdag.cluster.up import Cluster  # noqa: E402
 from torchdag.pipeline import load, validate  # noqa: E402
 from torchdag.plan import make_plan  # noqa: E402
 from torchdag.problems import ValuesError  # noqa: E402
@@ -129,7 +129,7 @@ def measure(layout: Layout, folder: Path, n: int, crd: str) -> dict:
     attempts, budget = status_budget(plan)
     workflow = folder / f"scale-{n}-workflow.yaml"
     workflow.write_text(text, encoding="utf-8")
-    subprocess.run([sys.executable, "-m", "torchdag.cluster", "--dir", str(layout.root), "nodes", str(values)],
+    subprocess.run([sys.executable, "-m", "testbed.cluster", "--dir", str(layout.root), "nodes", str(values)],
                    cwd=REPO, check=True, capture_output=True)
     start = time.monotonic()
     name = kubectl(layout, "create", "-f", str(workflow), "-o", "name").strip().split("/")[-1]

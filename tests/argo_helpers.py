@@ -16,7 +16,7 @@ from typing import Any
 import kubernetes_validate
 import yaml
 
-from torchdag.localrun.expand import kube_command, kube_container_env
+from testbed.localrun.expand import kube_command, kube_container_env
 
 KUBERNETES_VERSION = "1.35.0"
 

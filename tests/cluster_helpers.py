@@ -46,8 +46,8 @@ class LocalCluster:
         return config["clusters"][0]["cluster"]["server"]
 
     def command(self, *args: str, timeout: float = UP_TIMEOUT_S) -> subprocess.CompletedProcess:
-        """python -m torchdag.cluster --dir DIR ARGS... (what the Makefile's cluster-* targets run)."""
-        return subprocess.run([sys.executable, "-m", "torchdag.cluster", "--dir", str(self.dir), *args],
+        """python -m testbed.cluster --dir DIR ARGS... (what the Makefile's cluster-* targets run)."""
+        return subprocess.run([sys.executable, "-m", "testbed.cluster", "--dir", str(self.dir), *args],
                               cwd=REPO, capture_output=True, text=True, timeout=timeout)
 
     def kubectl(self, *args: str, stdin: str | None = None, check: bool = True,
@@ -81,7 +81,7 @@ def owner_alive():
         return False
 while owner_alive():
     time.sleep(1)
-subprocess.run([sys.executable, "-m", "torchdag.cluster", "--dir", directory, "down"], timeout=120)
+subprocess.run([sys.executable, "-m", "testbed.cluster", "--dir", directory, "down"], timeout=120)
 """
 
 

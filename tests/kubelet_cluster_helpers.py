@@ -15,7 +15,7 @@ import pytest
 
 import helpers
 from helpers import REPO
-from torchdag.kubelet.api import Kube
+from testbed.kubelet.api import Kube
 
 KUBECONFIG_ENV = "TORCHDAG_TEST_KUBECONFIG"  # an API server already up (e.g. `make cluster-up`'s)
 
@@ -61,7 +61,7 @@ class KubeletProcess:
         self.log = state_dir / "kubelet.log"
         state_dir.mkdir(parents=True, exist_ok=True)
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "torchdag.kubelet", "--kubeconfig", str(kubeconfig),
+            [sys.executable, "-m", "testbed.kubelet", "--kubeconfig", str(kubeconfig),
              *(["--selector", nodes] if isinstance(nodes, str) else ["--nodes", ",".join(nodes)]),
              "--state-dir", str(state_dir), *extra],
             cwd=REPO, stdout=open(self.log, "wb"), stderr=subprocess.STDOUT, start_new_session=True)

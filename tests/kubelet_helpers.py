@@ -6,8 +6,8 @@ from __future__ import annotations
 import copy
 import json
 
-from torchdag.localrun.expand import argo_substitute
-from torchdag.localrun.prepare import Options, workflow_scope
+from testbed.localrun.expand import argo_substitute
+from testbed.localrun.prepare import Options, workflow_scope
 
 EMISSARY = ["/var/run/argo/argoexec", "emissary", "--loglevel", "info", "--log-format", "text", "--"]
 SA_VOLUME = {"name": "kube-api-access-x1", "projected": {"sources": [

@@ -38,12 +38,12 @@ def values_with(tmp_path: Path, name: str = "values.yaml", **changes) -> Path:
 
 
 class Run:
-    """`python -m torchdag.localrun ...` in the background, its output collected by line."""
+    """`python -m testbed.localrun ...` in the background, its output collected by line."""
 
     def __init__(self, *args: str):
         self.lines: list[str] = []
         self._queue: queue.Queue = queue.Queue()
-        self.proc = subprocess.Popen([sys.executable, "-m", "torchdag.localrun", *args], cwd=REPO, env=ENV,
+        self.proc = subprocess.Popen([sys.executable, "-m", "testbed.localrun", *args], cwd=REPO, env=ENV,
                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         threading.Thread(target=self._read, daemon=True).start()
 

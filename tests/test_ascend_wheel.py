@@ -83,7 +83,7 @@ def container_env(doc: dict) -> dict[str, dict[str, str]]:
 def localrun(workflow_file: Path, *options: str, timeout: float) -> subprocess.CompletedProcess:
     """The local runner under .venv-ascend's Python: its bin directory (torchrun, python3)
     comes first on every node's PATH."""
-    return subprocess.run([str(ASCEND_PY), "-m", "torchdag.localrun", str(workflow_file), *options,
+    return subprocess.run([str(ASCEND_PY), "-m", "testbed.localrun", str(workflow_file), *options,
                            "--timeout", str(timeout)],
                           cwd=REPO, env=ENV, capture_output=True, text=True, timeout=timeout + 60)
 
@@ -177,7 +177,7 @@ def test_rendered_mixed_ascend_cpu_job_runs_on_cpu(tmp_path):
     run = localrun(rendered, "--cpu", timeout=90)
     out = run.stdout + run.stderr
     hint = ("; the NPU node died importing torch: `--cpu` must set TORCH_DEVICE_BACKEND_AUTOLOAD=0 on the nodes it "
-            "moves onto CPU (torchdag/localrun/mapping.py onto_cpu)") if CRASH in out else ""
+            "moves onto CPU (testbed/localrun/mapping.py onto_cpu)") if CRASH in out else ""
     assert run.returncode == 0, tail(out) + hint
     assert "node-0: TORCHDAG_DEVICE npu -> cpu (--cpu)" in out
     assert "preflight --device=npu -> --device=cpu" in out

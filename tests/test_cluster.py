@@ -1,4 +1,4 @@
-"""The local control plane (torchdag/cluster, `make cluster-up`): real etcd, kube-apiserver,
+"""The local control plane (testbed/cluster, `make cluster-up`): real etcd, kube-apiserver,
 kube-controller-manager, kube-scheduler and Argo's workflow-controller as processes on
 127.0.0.1. These tests check the cluster itself (ready when `up` returns, `up` again changes
 nothing, a dead component restarted alone, Nodes from a values file, servers on loopback
@@ -22,9 +22,9 @@ from cluster_helpers import alive
 
 from crd_helpers import podgroup_from_workflow
 from helpers import CASES, EXAMPLES_DIR, REPO
-from torchdag.cluster import procs
-from torchdag.cluster.layout import Layout
-from torchdag.cluster.up import COMPONENTS
+from testbed.cluster import procs
+from testbed.cluster.layout import Layout
+from testbed.cluster.up import COMPONENTS
 
 
 def e2e(test):

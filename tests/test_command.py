@@ -130,9 +130,9 @@ def test_check_passes_its_arguments_to_the_check_entry(monkeypatch):
 
 def test_smoke_delegates_to_localrun_main_untouched(monkeypatch):
     calls = []
-    fake = types.ModuleType("torchdag.localrun")
+    fake = types.ModuleType("testbed.localrun")
     fake.main = lambda argv=None: calls.append(argv) or 7
-    monkeypatch.setitem(sys.modules, "torchdag.localrun", fake)
+    monkeypatch.setitem(sys.modules, "testbed.localrun", fake)
     monkeypatch.setattr(torchdag, "localrun", fake, raising=False)
     argv = ["examples/local.yaml", "--cpu", "--map", "/code=/tmp/x y", "--", "-x"]
     assert command.main(["smoke", *argv]) == 7
@@ -147,11 +147,11 @@ def test_smoke_runs_the_local_runner(capsys):
 
 
 def test_render_does_not_load_the_local_runner(tmp_path):
-    """`torchdag render` imports neither torch nor torchdag.localrun (a fresh interpreter)."""
+    """`torchdag render` imports neither torch nor testbed.localrun (a fresh interpreter)."""
     code = (
         "import sys; from torchdag.command import main\n"
         f"status = main(['render', {EXAMPLE!r}, '-o', {str(tmp_path / 'w.yaml')!r}])\n"
-        "loaded = sorted(m for m in sys.modules if m == 'torch' or m.startswith(('torch.', 'torchdag.localrun')))\n"
+        "loaded = sorted(m for m in sys.modules if m == 'torch' or m.startswith(('torch.', 'testbed.localrun')))\n"
         "print(status, loaded)\n"
     )
     done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)

@@ -13,7 +13,7 @@ from helpers import CASES, REPO, write
 
 
 def localrun_dry_run(path) -> list[str]:
-    done = subprocess.run([sys.executable, "-m", "torchdag.localrun", str(path), "--dry-run", "--cpu"], cwd=REPO,
+    done = subprocess.run([sys.executable, "-m", "testbed.localrun", str(path), "--dry-run", "--cpu"], cwd=REPO,
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     return [line.strip() for line in (done.stdout + done.stderr).splitlines()]

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from e2e_helpers import checkpoint_nodes, pinned_host, rank_of
 
-from torchdag.cluster import procs
-from torchdag.cluster.layout import Layout
+from testbed.cluster import procs
+from testbed.cluster.layout import Layout
 
 pytestmark = [pytest.mark.go, pytest.mark.torch, pytest.mark.e2e]
 

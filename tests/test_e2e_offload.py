@@ -1,4 +1,4 @@
-"""Argo's node status offload on the local cluster's PostgreSQL (torchdag/cluster/postgres.py):
+"""Argo's node status offload on the local cluster's PostgreSQL (testbed/cluster/postgres.py):
 a Workflow past Argo's 1 MiB, rendered with workflow.nodeStatusOffload, runs through a
 whole-job restart to Succeeded, its node status kept in the database
 (status.offloadNodeStatusVersion) instead of the object."""

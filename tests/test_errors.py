@@ -9,8 +9,8 @@ import sys
 import pytest
 
 from helpers import EXAMPLE, REPO
+from testbed.localrun.errors import LocalRunError
 from torchdag import cli, command, errors, pipeline
-from torchdag.localrun.errors import LocalRunError
 from torchdag.problems import ValuesError
 from torchdag.render import RenderBug, TooLarge
 
@@ -52,7 +52,7 @@ def test_a_template_bug_is_reported_as_a_bug(monkeypatch, capsys):
 
 
 def test_smoke_reports_a_bug_the_same_way(monkeypatch, capsys):
-    import torchdag.localrun.cli as localrun_cli
+    import testbed.localrun.cli as localrun_cli
 
     def broken_load(path):
         raise AttributeError("'NoneType' object has no attribute 'doc'")

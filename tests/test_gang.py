@@ -135,7 +135,7 @@ def test_chart_rbac_lets_the_workflow_apply_its_podgroup(helm, tmp_path, kind, g
 def test_local_runner_says_what_it_ignores(tmp_path):
     path = tmp_path / "local.yaml"
     path.write_text((REPO / "examples" / "local.yaml").read_text() + "scheduling: {gang: volcano, queue: q}\n")
-    result = subprocess.run([sys.executable, "-m", "torchdag.localrun", str(path), "--dry-run"],
+    result = subprocess.run([sys.executable, "-m", "testbed.localrun", str(path), "--dry-run"],
                             capture_output=True, text=True, cwd=REPO, timeout=60)
     assert result.returncode == 0, result.stderr
     assert ("[localrun] ignored: task gang (creates the gang's PodGroup: gang scheduling is not simulated"

@@ -19,7 +19,7 @@ from kubelet_cluster_helpers import (
 )
 
 from helpers import REPO
-from torchdag.kubelet.api import Kube
+from testbed.kubelet.api import Kube
 
 pytestmark = [pytest.mark.go, pytest.mark.e2e]
 ARGOEXEC = REPO / ".tools" / "bin" / "argoexec"

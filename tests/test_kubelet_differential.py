@@ -15,9 +15,9 @@ import yaml
 from kubelet_cluster_helpers import KubeletProcess, delete_nodes, kubeconfig_for, register_nodes, wait_for
 
 from helpers import EXAMPLES
-from torchdag.kubelet.api import Kube
-from torchdag.localrun.load import load_workflow
-from torchdag.localrun.prepare import Options, _prepare_tasks, workflow_scope
+from testbed.kubelet.api import Kube
+from testbed.localrun.load import load_workflow
+from testbed.localrun.prepare import Options, _prepare_tasks, workflow_scope
 
 pytestmark = [pytest.mark.go, pytest.mark.e2e]
 MAPS = [("/code", "/srv/code"), ("/workspace", "/srv/ws")]

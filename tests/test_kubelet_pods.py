@@ -13,13 +13,13 @@ import time
 import pytest
 from required import missing
 
-from torchdag.kubelet import pods as pods_module
-from torchdag.kubelet.kubelet import Kubelet
-from torchdag.kubelet.pods import PodWorker
-from torchdag.kubelet.sandbox import MEMORY_ROOT, Sandbox, can_mount, wrap
-from torchdag.kubelet.status import ContainerState, PodState, exit_code_of, termination_message
-from torchdag.kubelet.workflows import stop_reason
-from torchdag.localrun.prepare import Options
+from testbed.kubelet import pods as pods_module
+from testbed.kubelet.kubelet import Kubelet
+from testbed.kubelet.pods import PodWorker
+from testbed.kubelet.sandbox import MEMORY_ROOT, Sandbox, can_mount, wrap
+from testbed.kubelet.status import ContainerState, PodState, exit_code_of, termination_message
+from testbed.kubelet.workflows import stop_reason
+from testbed.localrun.prepare import Options
 
 
 @pytest.fixture
@@ -287,7 +287,7 @@ def test_active_deadline_fails_the_pod(tmp_path):
 def test_heartbeats_post_ready_renew_leases_and_say_failures_once():
     from kubernetes.client.exceptions import ApiException
 
-    from torchdag.kubelet.nodes import NodeKeeper
+    from testbed.kubelet.nodes import NodeKeeper
 
     class LeaseApi:
         def __init__(self):

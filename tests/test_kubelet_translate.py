@@ -10,11 +10,11 @@ import pytest
 from kubelet_helpers import argo_pod
 
 from helpers import EXAMPLES, EXAMPLES_DIR
-from torchdag.kubelet.sandbox import mount_order
-from torchdag.kubelet.translate import PodContext, PodError, plan_container, plan_pod, unwrap_emissary
-from torchdag.localrun.load import load_workflow
-from torchdag.localrun.mapping import CHECKOUT
-from torchdag.localrun.prepare import Options, _prepare_tasks, gang_task, workflow_scope
+from testbed.kubelet.sandbox import mount_order
+from testbed.kubelet.translate import PodContext, PodError, plan_container, plan_pod, unwrap_emissary
+from testbed.localrun.load import load_workflow
+from testbed.localrun.mapping import CHECKOUT
+from testbed.localrun.prepare import Options, _prepare_tasks, gang_task, workflow_scope
 
 WORKFLOW = "local-smoke-abcde"
 

@@ -1,4 +1,4 @@
-"""torchdag.localrun: the rendered Workflow's DAG run as local processes (make smoke).
+"""testbed.localrun: the rendered Workflow's DAG run as local processes (make smoke).
 
 Real torchrun jobs on 127.0.0.1 (2 nodes x 2 processes, a few dozen steps), a node
 killed mid-run, refusal of GPU/NPU nodes, substitution and $(VAR) expansion, the
@@ -26,7 +26,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from localrun_helpers import ENV, LOCAL, REPO, Run, free_port, processes_with, rendered_workflow, values_with
-from torchdag.localrun import (
+from testbed.localrun import (
     EXIT_INVALID,
     EXIT_REFUSED,
     LocalRunError,
@@ -41,8 +41,8 @@ from torchdag.localrun import (
     prepare,
     summary_lines,
 )
-from torchdag.localrun import main as localrun_main
-from torchdag.localrun.expand import UnresolvedTag, argo_substitute, kube_container_env, kube_expand
+from testbed.localrun import main as localrun_main
+from testbed.localrun.expand import UnresolvedTag, argo_substitute, kube_container_env, kube_expand
 from torchdag.pipeline import build
 from torchdag.plan import dollar_escape
 
@@ -100,7 +100,7 @@ def test_killing_one_node_ends_the_run_naming_it(tmp_path):
 def test_gpu_and_npu_nodes_are_refused_without_cpu(example, kind):
     if local_devices(kind):
         pytest.skip(f"this machine has {kind} devices")
-    proc = subprocess.run([sys.executable, "-m", "torchdag.localrun", f"examples/{example}"], cwd=REPO, env=ENV,
+    proc = subprocess.run([sys.executable, "-m", "testbed.localrun", f"examples/{example}"], cwd=REPO, env=ENV,
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == EXIT_REFUSED, proc.stderr
     label = {"cuda": "NVIDIA GPU", "npu": "Ascend NPU"}[kind]

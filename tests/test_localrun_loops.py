@@ -1,10 +1,10 @@
-"""torchdag.localrun on a job past 200 nodes: the loop tasks (withItems) expanded as Argo
+"""testbed.localrun on a job past 200 nodes: the loop tasks (withItems) expanded as Argo
 expands them, one local task per machine."""
 
 from __future__ import annotations
 
 from localrun_helpers import rendered_workflow, values_with
-from torchdag.localrun import Options, prepare
+from testbed.localrun import Options, prepare
 from torchdag.pipeline import build
 
 

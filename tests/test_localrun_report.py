@@ -7,9 +7,9 @@ import io
 import sys
 import time
 
-from torchdag.localrun import Outcome, TaskResult, summary_lines
-from torchdag.localrun.prepare import LocalTask
-from torchdag.localrun.supervise import Supervisor
+from testbed.localrun import Outcome, TaskResult, summary_lines
+from testbed.localrun.prepare import LocalTask
+from testbed.localrun.supervise import Supervisor
 
 
 def test_a_task_that_never_started_has_no_run_time():

@@ -1,4 +1,4 @@
-"""torchdag.localrun: whole-job restarts as Argo's retryStrategy on the DAG does them: a
+"""testbed.localrun: whole-job restarts as Argo's retryStrategy on the DAG does them: a
 stand-in script for speed, and a real torchrun job whose killed worker makes every node
 resume from a checkpoint (issue 11's acceptance)."""
 
@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from localrun_helpers import LOCAL, Run, free_port, processes_with, rendered_workflow, values_with
-from torchdag.localrun import (
+from testbed.localrun import (
     LocalRunError,
     Options,
     Outcome,
@@ -24,7 +24,7 @@ from torchdag.localrun import (
     prepare_job,
     summary_lines,
 )
-from torchdag.localrun import main as localrun_main
+from testbed.localrun import main as localrun_main
 from torchdag.pipeline import build
 
 # ---------------------------------------------------------------- whole-job restarts (retryStrategy)
@@ -208,7 +208,7 @@ def test_a_stop_during_the_backoff_starts_no_restart(tmp_path, ending):
 
 
 def test_one_attempt_without_a_restart_left_says_why():
-    from torchdag.localrun import JobOutcome
+    from testbed.localrun import JobOutcome
 
     attempt = Outcome("wf-x", [TaskResult("node-0", pid=1, returncode=0, started=0, ended=3),
                                TaskResult("node-1", pid=2, returncode=1, started=0, ended=2)],

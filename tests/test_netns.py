@@ -4,7 +4,7 @@ Host A (node-a, NIC enp11s0f0, 198.18.0.1) and host B (node-b, NIC eno1, 198.18.
 are joined by a veth pair; each also has lo. In each, the hostname resolves to
 127.0.1.1 (/etc/netns/NS/hosts, bind-mounted over /etc/hosts by `ip netns exec`), the
 setup that made gloo fall back to loopback in the original report. The DAG tasks run
-through torchdag.localrun with a per-node exec prefix
+through testbed.localrun with a per-node exec prefix
 `ip netns exec NS unshare --uts sh -c 'hostname NAME && exec "$@"'`; the rendered
 addresses and NIC names are kept (no 127.0.0.1 / lo mapping). Only 198.18.0.0/15
 (benchmarking range) and each namespace's own loopback carry traffic.
@@ -23,7 +23,7 @@ import pytest
 import yaml
 from required import missing, netns_unavailable
 
-from torchdag.localrun import Options, Supervisor, load_workflow, prepare
+from testbed.localrun import Options, Supervisor, load_workflow, prepare
 
 pytestmark = [pytest.mark.netns, pytest.mark.torch]  # torchrun across network namespaces, as root
 

@@ -189,7 +189,7 @@ def smoke_values(tmp_path) -> str:
 
 
 def test_the_local_runner_skips_the_service_and_maps_names_and_the_pod_ip(tmp_path):
-    done = subprocess.run([sys.executable, "-m", "torchdag.localrun", smoke_values(tmp_path), "--cpu", "--dry-run"],
+    done = subprocess.run([sys.executable, "-m", "testbed.localrun", smoke_values(tmp_path), "--cpu", "--dry-run"],
                           cwd=REPO, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stdout + done.stderr
     out = done.stdout
@@ -202,7 +202,7 @@ def test_the_local_runner_skips_the_service_and_maps_names_and_the_pod_ip(tmp_pa
 @pytest.mark.torch  # a real torchrun job
 def test_a_pod_network_job_trains_to_the_end_locally(tmp_path):
     port = free_port()
-    done = subprocess.run([sys.executable, "-m", "torchdag.localrun", smoke_values(tmp_path), "--cpu", "--port",
+    done = subprocess.run([sys.executable, "-m", "testbed.localrun", smoke_values(tmp_path), "--cpu", "--port",
                            str(port), "--timeout", "200"], cwd=REPO, capture_output=True, text=True, timeout=240,
                           env=ENV)
     out = done.stdout + done.stderr

@@ -38,7 +38,7 @@ def test_restarts_without_a_deadline_get_a_capped_backoff_in_both(policy, timeou
 def test_the_cap_bounds_every_wait_as_argo_computes_it(tmp_path):
     """What Argo would wait before each of 20 restarts, from the rendered retryStrategy (the
     local runner reads it as the controller does): nothing over the cap, in all under a day."""
-    from torchdag.localrun.retry import retry_policy
+    from testbed.localrun.retry import retry_policy
 
     document = render_py_workflow(write(tmp_path, CPU + "failurePolicy: {maxRestarts: 20}\n"
                                                         "timeouts: {workflowDeadline: null}\n"))

@@ -3,11 +3,11 @@
     torchdag render FILE... [-f FILE] [-o OUT] [--check] [--summary [--short]] [-q]
                                                    what `python render.py FILE ...` does
     torchdag check FILE... [-f FILE] [-q]          validate only (render --check)
-    torchdag smoke FILE [options]                  what `python -m torchdag.localrun FILE ...` does
+    torchdag smoke FILE [options]                  what `python -m testbed.localrun FILE ...` does
     torchdag --version
 
 Each subcommand hands its arguments, untouched, to the module that owns them
-(torchdag.cli.main, torchdag.localrun.main), so options, output bytes, messages and exit
+(torchdag.cli.main, testbed.localrun.main), so options, output bytes, messages and exit
 statuses are theirs. The local runner is imported only for `smoke`: rendering never loads it.
 """
 
@@ -40,7 +40,7 @@ commands:
                 last rows, -q silences warnings (the same as render.py)
   check FILE    validate only: nothing on stdout, one line per problem on stderr, exit 2
   smoke FILE    run the rendered DAG as local processes (needs torch in this environment;
-                see docs/smoke.md; the same as python -m torchdag.localrun)
+                see docs/smoke.md; the same as python -m testbed.localrun)
 
   FILE is a values file; - reads standard input; -f FILE (repeatable) adds files merged
   over the ones before them, as helm merges its -f files (mappings key by key, lists and
@@ -79,7 +79,7 @@ def _check(argv: list[str]) -> int:
 
 def _smoke(argv: list[str]) -> int:
     # Imported here, not at the top: `torchdag render` must not depend on the local runner.
-    from .localrun import main as localrun_main
+    from testbed.localrun import main as localrun_main
 
     return run_command(lambda: _call(localrun_main, argv, f"{PROG} smoke"), f"{PROG} smoke")
 

@@ -6,7 +6,7 @@ defined before it and then the service variables, `valueFrom` taken as is (downw
 resource fields, ConfigMap and Secret keys); the service variables of the `kubernetes`
 Service last. command and args expand against that whole environment. Then Argo's
 emissary wrapper is unwrapped and the container goes through the same local mappings as
-`make smoke` (torchdag.localrun.mapping.localize), so both start the same processes.
+`make smoke` (testbed.localrun.mapping.localize), so both start the same processes.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..errors import TorchdagError
+from torchdag.errors import TorchdagError
 
 EXIT_OK, EXIT_FAILED, EXIT_INVALID, EXIT_REFUSED, EXIT_TIMEOUT, EXIT_INTERRUPTED = 0, 1, 2, 3, 124, 130
 

@@ -6,7 +6,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from .. import REPO_ROOT
+from torchdag import REPO_ROOT
 
 BIN = REPO_ROOT / ".tools" / "bin"
 # Argo's CRDs as its module ships them: the Makefile's workflow-controller build links the

@@ -75,7 +75,7 @@ def device_of(env: dict[str, str], container: dict) -> str:
     if env.get("TORCHDAG_DEVICE") in ("cpu", "cuda", "npu"):
         return env["TORCHDAG_DEVICE"]
     # A Workflow torchdag did not write: the resource limit names the device (catalogue).
-    from ..catalog import accelerator, accelerator_kinds
+    from torchdag.catalog import accelerator, accelerator_kinds
 
     limits = ((container.get("resources") or {}).get("limits") or {})
     for kind in accelerator_kinds():

@@ -1,11 +1,12 @@
-"""python -m torchdag.cluster up|down|nodes VALUES (the Makefile's cluster-* targets)."""
+"""python -m testbed.cluster up|down|nodes VALUES (the Makefile's cluster-* targets)."""
 
 from __future__ import annotations
 
 import argparse
 import sys
 
-from ..errors import run_command
+from torchdag.errors import run_command
+
 from .layout import Layout
 from .nodes import DEFAULT_CAPACITY, node_objects, register
 from .procs import ports
@@ -14,7 +15,7 @@ from .up import PORTS, Cluster, ClusterError
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m torchdag.cluster",
+        prog="python -m testbed.cluster",
         description="A local Kubernetes control plane with Argo's workflow-controller, as processes on 127.0.0.1.",
         epilog="Exit status: 0 ok, 1 the cluster failed (the message names the log), 2 invalid values or usage.",
     )
@@ -54,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
     if extra and args.command != "kubelet":
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
     args.kubelet_args = extra  # the kubelet's own options, checked by the kubelet
-    return run_command(lambda: _body(args), "torchdag.cluster")
+    return run_command(lambda: _body(args), "testbed.cluster")
 
 
 if __name__ == "__main__":

@@ -18,9 +18,10 @@ import platform
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from ..catalog import resource_name
-from ..pipeline import valid_values
-from ..plan import make_plan
+from torchdag.catalog import resource_name
+from torchdag.pipeline import valid_values
+from torchdag.plan import make_plan
+
 from .up import ClusterError
 
 # What a node offers besides its accelerators: generous, so a job's own requests fit; a

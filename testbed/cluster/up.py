@@ -1,7 +1,7 @@
 """Bring the control plane up (each component only if it is not running) and wait until it serves.
 
 Order: certificates, etcd, kube-apiserver, kube-controller-manager and kube-scheduler, then
-PostgreSQL (torchdag/cluster/postgres.py: Argo offloads node status there), the namespace,
+PostgreSQL (testbed/cluster/postgres.py: Argo offloads node status there), the namespace,
 configmap, database Secret and CRDs Argo needs, then Argo's workflow-controller. Ready means:
 every component's health endpoint answers ok, every CRD is Established and the service-account
 controller has made the `default` ServiceAccount (pods cannot be created before it exists).
@@ -21,7 +21,8 @@ from pathlib import Path
 
 import yaml
 
-from ..errors import TorchdagError
+from torchdag.errors import TorchdagError
+
 from . import manifests, postgres, procs
 from .layout import (
     ARGO_CRDS,
@@ -278,7 +279,7 @@ class Cluster:
                 f"logs {self.layout.logs}/")
 
     def kubelet(self, args: list[str], say=print) -> None:
-        """The process kubelet (torchdag/kubelet) in the background, serving every Node
+        """The process kubelet (testbed/kubelet) in the background, serving every Node
         `cluster-nodes` registers (label torchdag.io/accelerator), with this interpreter:
         the pods' torchrun and python are its environment's."""
         if not self.layout.kubeconfig.exists():
@@ -286,7 +287,7 @@ class Cluster:
         if procs.running(self.layout, "kubelet", Path(sys.executable)):
             say(f"the process kubelet is running already (log: {self.layout.log('kubelet')})")
             return
-        argv = [sys.executable, "-m", "torchdag.kubelet", "--kubeconfig", str(self.layout.kubeconfig),
+        argv = [sys.executable, "-m", "testbed.kubelet", "--kubeconfig", str(self.layout.kubeconfig),
                 "--selector", "torchdag.io/accelerator", "--state-dir", str(self.layout.root), *args]
         procs.start(self.layout, "kubelet", argv, env={"PYTHONPATH": str(Path(__file__).resolve().parents[2])})
         say(f"process kubelet started: pods of the registered Nodes run here (log: {self.layout.log('kubelet')}, "

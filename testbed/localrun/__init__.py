@@ -1,6 +1,6 @@
 """Run a rendered Workflow's DAG on this machine: every task as a local process group.
 
-    python -m torchdag.localrun VALUES [--map SRC=DST]... [--cpu] [--timeout S] [--grace S]
+    python -m testbed.localrun VALUES [--map SRC=DST]... [--cpu] [--timeout S] [--grace S]
                                 [--no-gang-stop] [--backoff-scale F] [--port N] [--only TASK]...
                                 [--dry-run]
 

@@ -1,4 +1,4 @@
-"""`python -m torchdag.kubelet --kubeconfig .cluster/kubeconfig --nodes a,b` (docs/kubelet.md)."""
+"""`python -m testbed.kubelet --kubeconfig .cluster/kubeconfig --nodes a,b` (docs/kubelet.md)."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ DEFAULT_ARGOEXEC = CHECKOUT / ".tools" / "bin" / "argoexec"
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="python -m torchdag.kubelet",
+        prog="python -m testbed.kubelet",
         description="A kubelet that runs the pods bound to its Nodes as local processes (docs/kubelet.md).")
     p.add_argument("--kubeconfig", required=True, help="kubeconfig of the API server (e.g. .cluster/kubeconfig)")
     nodes = p.add_mutually_exclusive_group(required=True)

@@ -42,7 +42,7 @@ def read_text(path: str | Path) -> str:
     try:
         return Path(path).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError):
-        from ..values import load_values
+        from torchdag.values import load_values
 
         load_values(path)  # raises ValuesError, worded exactly as for render.py
         raise  # pragma: no cover - it became readable in between
@@ -51,7 +51,7 @@ def read_text(path: str | Path) -> str:
 def _documents(text: str) -> list | None:
     """Every non-empty YAML document, or None when the text is not YAML we can split or is
     too deep or alias-expanded to build (the values loader's bounds: yamlread.graph_problem)."""
-    from ..yamlread import graph_problem
+    from torchdag.yamlread import graph_problem
 
     loader = _Loader(text)
     try:
@@ -124,7 +124,7 @@ def load(path: str | Path) -> Loaded:
         return Loaded(doc, source, False, ignored)
     if docs and all(_is_object(d) for d in docs):
         select_workflow(docs, source)  # Kubernetes objects, none of them a Workflow: says so
-    from .. import pipeline  # load, validate, plan, render
+    from torchdag import pipeline  # load, validate, plan, render
 
     rendered = pipeline.build(path)
     doc, ignored = select_workflow(_documents(rendered) or [], f"{source} (rendered)")

@@ -1,4 +1,4 @@
-"""`python -m torchdag.localrun` (make smoke): load -> prepare -> supervise -> report."""
+"""`python -m testbed.localrun` (make smoke): load -> prepare -> supervise -> report."""
 
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ import shlex
 import signal
 import sys
 
-from ..errors import TorchdagError, report
+from torchdag.errors import TorchdagError, report
+
 from .errors import EXIT_INVALID, EXIT_OK, LocalRunError
 from .load import load
 from .prepare import Job, Options, prepare_job
@@ -34,7 +35,7 @@ def _non_negative(text: str) -> float:
 
 def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog=prog or "python -m torchdag.localrun",
+        prog=prog or "python -m testbed.localrun",
         description="Run a torchdag values file's rendered Workflow DAG as local processes (see docs/smoke.md).",
     )
     parser.add_argument("values", help="values file (rendered here) or a file render.py wrote (its Workflow is run)")

@@ -52,7 +52,7 @@ def scheduler_config(layout: Layout) -> str:
 def argo_configmap(persistence: str) -> dict:
     """workflow-controller-configmap: metrics and telemetry servers off (they would listen on
     every interface); node status offloaded to the cluster's PostgreSQL when a Workflow passes
-    1 MiB (`persistence`, torchdag/cluster/postgres.py); everything else at Argo's defaults."""
+    1 MiB (`persistence`, testbed/cluster/postgres.py); everything else at Argo's defaults."""
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",

@@ -18,7 +18,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from ..errors import TorchdagError
+from torchdag.errors import TorchdagError
+
 from . import procs
 from .layout import Layout
 
