@@ -3,7 +3,7 @@
 # jsonschema: all that render and check need, seconds to install), .venv-fast/ (those and
 # the test and lint tools, no torch: `make test-fast`, `make lint`), .venv/ (the whole test
 # environment, torch included), .venv-ascend/ (torch + the real torch_npu wheel, for
-# tests/test_ascend_wheel.py) and .tools/ (helm, kubectl and the Go-built tools: Argo's
+# tests/trainer/test_ascend_wheel.py) and .tools/ (helm, kubectl and the Go-built tools: Argo's
 # validator, its controller and executor, the local control plane).
 
 SHELL := /bin/bash
@@ -55,7 +55,7 @@ OUT ?= out
 # `make smoke` runs examples/local.yaml unless VALUES is given (command line or environment).
 SMOKE_VALUES = $(if $(filter file,$(origin VALUES)),examples/local.yaml,$(VALUES))
 BENCH_VENV := .venv-bench
-# The real torch_npu wheel beside torch, without CANN (tests/test_ascend_wheel.py).
+# The real torch_npu wheel beside torch, without CANN (tests/trainer/test_ascend_wheel.py).
 ASCEND_VENV := .venv-ascend
 ASCEND_STAMP := $(ASCEND_VENV)/.installed
 ASCEND_REQ := requirements-ascend-test.txt
@@ -149,7 +149,7 @@ $(PODSECURITY): tools/podsecurity/go.mod tools/podsecurity/go.sum tools/podsecur
 	$(GO_CHECK)
 	cd tools/podsecurity && $(GO) build -o $(abspath $@) .
 
-# A cluster DNS for the local control plane: CoreDNS with its kubernetes plugin (tests/test_network_dns.py).
+# A cluster DNS for the local control plane: CoreDNS with its kubernetes plugin (tests/netns/test_network_dns.py).
 $(COREDNS): tools/coredns/go.mod tools/coredns/go.sum tools/coredns/main.go
 	$(GO_CHECK)
 	cd tools/coredns && $(GO) build -o $(abspath $@) .
@@ -222,7 +222,7 @@ $(ASCEND_STAMP): $(ASCEND_REQ)
 	"$${pip[@]}" install $(PIP_FLAGS) --no-deps -r $(ASCEND_VENV)/requirements-no-deps.txt
 	touch $@
 
-ascend-venv: $(ASCEND_STAMP) ## the .venv-ascend of tests/test_ascend_wheel.py: torch + the real torch_npu wheel, no CANN
+ascend-venv: $(ASCEND_STAMP) ## the .venv-ascend of tests/trainer/test_ascend_wheel.py: torch + the real torch_npu wheel, no CANN
 
 render: $(RENDER_STAMP) ## render VALUES (default examples/cluster.yaml) to OUT/workflow.yaml (light venv, no torch)
 	$(RENDER_PY) render.py $(VALUES) -o $(OUT)/workflow.yaml
@@ -231,13 +231,13 @@ render: $(RENDER_STAMP) ## render VALUES (default examples/cluster.yaml) to OUT/
 check: $(RENDER_STAMP) ## validate VALUES only (light venv, no torch)
 	$(RENDER_PY) render.py --check $(VALUES)
 
-# The chart's twin of `make render`: its spec is byte for byte render.py's (tests/test_chart_parity.py).
+# The chart's twin of `make render`: its spec is byte for byte render.py's (tests/chart/test_chart_parity.py).
 RELEASE ?= torchdag
 helm: $(HELM) ## print the chart's Workflow for VALUES (helm template RELEASE chart -f VALUES; RELEASE default torchdag)
 	@$(HELM) template $(RELEASE) chart -f $(VALUES)
 
 # The fast tier: the render venv's requirements and the test and lint tools, no torch and no
-# Go (requirements-fast.txt); a venv with pip, which tests/test_packaging.py builds wheels with.
+# Go (requirements-fast.txt); a venv with pip, which tests/cli/test_packaging.py builds wheels with.
 FAST_VENV := .venv-fast
 FAST_STAMP := $(FAST_VENV)/.installed
 # The heavy tiers (pytest.ini declares the markers): torch, root with network namespaces,

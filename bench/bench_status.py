@@ -7,7 +7,7 @@ gzipped and base64-encoded as `compressedNodes`. This models the nodes v4.0.5's
 controller writes for a rendered DAG (NodeStatus fields of a finished pod: ids from
 Workflow.NodeID's FNV-32a, the template's inputs, resourcesDuration, host, timestamps;
 one DAG node per attempt under a Retry node) and compresses them as the controller does.
-The catalogue's argoStatus.perPod must stay above what it prints (tests/test_render_size.py
+The catalogue's argoStatus.perPod must stay above what it prints (tests/render/test_render_size.py
 checks one size); the real controller's numbers come from the local cluster's scale bench.
 
     python bench/bench_status.py            # 256, 1,024 and 4,096 nodes, 1-3 attempts

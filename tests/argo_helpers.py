@@ -103,7 +103,7 @@ def validate_kubernetes(pod: dict) -> None:
 
 def container_process(container: dict) -> tuple[list[str], dict[str, str]]:
     """argv and environment of a container after Kubernetes' expansion (the local runner's
-    port of kubelet's expand.go, unit-tested against it in tests/test_localrun.py)."""
+    port of kubelet's expand.go, unit-tested against it in tests/testbed/test_localrun.py)."""
     # Env from the downward API reads as "<fieldRef:PATH>": what the kubelet fills in is not known here.
     env = dict(kube_container_env((item["name"], item["value"] if "value" in item else
                                    f"<fieldRef:{item['valueFrom']['fieldRef']['fieldPath']}>")

@@ -1,6 +1,12 @@
 """Shared fixtures (the helm binary the Makefile installed), the test tiers and two
 session-wide rules.
 
+Tests live in subject folders (tests/render, tests/chart, tests/trainer, tests/e2e, ...);
+`pytest tests/render` runs one subject. The shared helpers stay here at tests/; this folder
+and every subject folder are on sys.path, so a module imports helpers, and the strategies of
+another test module, by their (unique) basename. The tier follows the folder: every test under
+a folder named in FOLDER_TIERS gets that folder's markers.
+
 `make test` runs every test; `make test-fast` runs the fast tier in a venv without torch,
 deselecting the markers pytest.ini declares (torch, netns, ascend, go). A module marked
 torch as a whole may import torch at the top: where torch is not installed and the run
@@ -26,6 +32,16 @@ from tracked_files import changed_files, tracked_digests
 from helpers import REPO
 
 sys.path.insert(0, str(REPO))
+TESTS = Path(__file__).resolve().parent
+SUBJECTS = sorted(p for p in TESTS.iterdir() if p.is_dir() and any(p.glob("test_*.py")))
+sys.path[1:1] = [str(p) for p in SUBJECTS]
+
+# The tiers that follow from a folder: whatever lands there needs what they name.
+FOLDER_TIERS = {
+    "e2e": ("e2e",),
+    "netns": ("netns",),
+    "trainer": ("torch",),
+}
 
 # The fake Kubernetes API the gang-watch tests share (its `api` fixture); the local cluster
 # of the e2e tests (its `local_cluster` fixture).
@@ -38,13 +54,18 @@ def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool 
     if collection_path.suffix != ".py" or importlib.util.find_spec("torch") is not None:
         return None
     deselected = "not torch" in (config.option.markexpr or "")
-    return True if deselected and _TORCH_MODULE.search(collection_path.read_text(encoding="utf-8")) else None
+    torch_module = ("torch" in FOLDER_TIERS.get(collection_path.parent.name, ())
+                    or _TORCH_MODULE.search(collection_path.read_text(encoding="utf-8")))
+    return True if deselected and torch_module else None
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     # One local cluster per pytest process is a minute or two of both cores: with
     # `--dist loadgroup` (make test) every e2e test goes to one xdist worker, so one cluster
     # serves them all while the other worker runs everything else.
     for item in items:
+        folder = Path(str(item.path)).parent.name
+        for tier in FOLDER_TIERS.get(folder, ()):
+            item.add_marker(getattr(pytest.mark, tier))
         if item.get_closest_marker("e2e"):
             item.add_marker(pytest.mark.xdist_group("local-cluster"))
 

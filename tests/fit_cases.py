@@ -1,5 +1,5 @@
 """Invalid values files of issue 18's items 8-11 (addresses, RBAC, ports, timeouts), run
-through both renderers by tests/test_front_door_fit.py. The same shape as
+through both renderers by tests/front_door/test_front_door_fit.py. The same shape as
 tests/bad_cases.py (a whole file, the field render.py names, a fragment of its message),
 kept apart so the two lists grow without touching each other."""
 
@@ -71,7 +71,7 @@ FIT_CASES += [
 
 
 def fit_values(values: dict) -> dict:
-    """A drawn values file moved off the refusals of items 8 and 11 (tests/test_chart_parity.py's
+    """A drawn values file moved off the refusals of items 8 and 11 (tests/chart/test_chart_parity.py's
     strategy draws valid files): a port that can be bound, processGroup at least HCCL's step
     on Ascend, no more restarts than the deadline holds."""
     ascend = any(node.get("accelerator", "cpu").startswith("ascend") for node in values["nodes"])

@@ -33,7 +33,7 @@ def write(tmp_path: Path, text: str, name: str = "cluster.yaml") -> Path:
 
 # The summary render.py prints for examples/cluster.yaml (two 310P nodes, one card each, port
 # 25195), written out by hand: HCCL_EXEC_TIMEOUT is 600 s rounded down to a multiple of CANN's
-# 68 s step. tests/test_output_paths.py and the chart's NOTES (tests/test_chart.py) hold to it.
+# 68 s step. tests/render/test_output_paths.py and the chart's NOTES (tests/chart/test_chart.py) hold to it.
 CLUSTER_SUMMARY = "".join(f"{line}\n" for line in (
     "torchdag job bladetrain: 2 node(s), world size 2, backend gloo"
     " (auto: HCCL on ascend310p works within one server only, so gloo across nodes)",

@@ -1,4 +1,4 @@
-"""The process kubelet against a real API server (tests/test_kubelet_cluster.py): Nodes of
+"""The process kubelet against a real API server (tests/e2e/test_kubelet_cluster.py): Nodes of
 the test's own, the kubelet as a subprocess, waiting on objects."""
 
 from __future__ import annotations

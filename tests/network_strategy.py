@@ -1,6 +1,6 @@
-"""The pod network's keys for the parity strategy (tests/test_chart_parity.py): what it
+"""The pod network's keys for the parity strategy (tests/chart/test_chart_parity.py): what it
 draws, and how a drawn values file is made to fit the Pod Security level it names (the
-refusals themselves are tested in tests/test_network.py)."""
+refusals themselves are tested in tests/render/test_network.py)."""
 
 from __future__ import annotations
 

@@ -11,7 +11,7 @@ import uuid
 import pytest
 
 # Set by `make test`: network namespaces (root, iproute2's `ip`, util-linux's `unshare`)
-# are part of what it checks (tests/test_netns.py, tests/test_preflight.py).
+# are part of what it checks (tests/netns/test_netns.py, tests/agents/test_preflight.py).
 NETNS_REQUIRED = "TORCHDAG_NETNS_REQUIRED"
 
 

@@ -47,7 +47,7 @@ def kube_expand(value: str, lookup: Callable[[str], str | None]) -> str:
     """Kubernetes' `$(VAR)` expansion (third_party/forked/golang/expansion/expand.go):
     `$$` -> `$`; `$(NAME)` -> lookup(NAME), or kept as written when NAME is unknown; an
     unclosed `$(` and any other `$` are kept. Operators are ASCII, so working on characters
-    is working on Go's bytes and runes (tests/test_expand_oracle.py holds this against
+    is working on Go's bytes and runes (tests/validators/test_expand_oracle.py holds this against
     the Go code itself)."""
     out = []
     checkpoint = cursor = 0

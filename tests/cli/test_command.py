@@ -1,6 +1,6 @@
 """The `torchdag` command (torchdag/command.py): render, check, smoke, --version.
 
-Run in-process against the checkout; tests/test_packaging.py runs the installed console script.
+Run in-process against the checkout; tests/cli/test_packaging.py runs the installed console script.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Stopping and restarting trainer/train.py as docs/trainer.md describes it, beyond the
-SIGTERM-to-node-1 case of tests/test_trainer_recovery.py: SIGINT and SIGHUP, a signal to
+SIGTERM-to-node-1 case of tests/trainer/test_trainer_recovery.py: SIGINT and SIGHUP, a signal to
 the master node, to every node at once (an Argo stop), a signal before the first step,
 the stop agreement of the nccl/hccl path across two real ranks, the warning of a restart
 that finds no checkpoint, and the store prefix that keeps restart attempts apart.

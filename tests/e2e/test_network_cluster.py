@@ -5,7 +5,7 @@ applied by argoexec and owned by the Workflow, its EndpointSlice (the real contr
 naming exactly the run's node pods by their hostnames; a host-network job is refused with
 Kubernetes' own message. Stand-in: the kubelet runs every pod on this machine and maps the
 master's address to 127.0.0.1 (as `make smoke` does), so the DNS name itself is resolved in
-tests/test_preflight_dns.py, not here: no cluster DNS runs."""
+tests/agents/test_preflight_dns.py, not here: no cluster DNS runs."""
 
 from __future__ import annotations
 

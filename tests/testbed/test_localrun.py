@@ -229,7 +229,7 @@ def test_kube_expand_rules():
     for raw, expanded in cases.items():
         assert kube_expand(raw, env) == expanded, raw
     # Kubernetes 1.37 reads the whole character after a lone `$` (older releases re-encoded
-    # a non-ASCII lead byte as a code point); tests/test_expand_oracle.py runs the Go code.
+    # a non-ASCII lead byte as a code point); tests/validators/test_expand_oracle.py runs the Go code.
     assert kube_expand("$é", env) == "$é"
 
 

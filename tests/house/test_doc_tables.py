@@ -8,14 +8,14 @@ import ast
 import re
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
-T = "tests/test_trainer.py::"
-R = "tests/test_trainer_recovery.py::"
-P = "tests/test_trainer_preemption.py::"
-C = "tests/test_trainer_cli.py::"
-W = "tests/test_trainer_timeouts.py::"  # waits and timeouts
-F = "tests/test_preflight.py::"
+T = "tests/trainer/test_trainer.py::"
+R = "tests/trainer/test_trainer_recovery.py::"
+P = "tests/trainer/test_trainer_preemption.py::"
+C = "tests/trainer/test_trainer_cli.py::"
+W = "tests/trainer/test_trainer_timeouts.py::"  # waits and timeouts
+F = "tests/agents/test_preflight.py::"
 
 TRAINER = {
     # --- command line
@@ -130,10 +130,10 @@ TRAINER = {
     "`GLOO_SOCKET_IFNAME`, `HCCL_SOCKET_IFNAME`, `HCCL_IF_IP`, `NCCL_SOCKET_IFNAME`": [
         F + "test_nic_env_per_device",
         F + "test_exec_exports_nic_and_passes_argv_verbatim",
-        "tests/test_netns.py::test_rendered_nic_env_trains_across_hosts_with_different_nic_names",
+        "tests/netns/test_netns.py::test_rendered_nic_env_trains_across_hosts_with_different_nic_names",
     ],
     "`TORCH_DEVICE_BACKEND_AUTOLOAD`": [
-        "tests/test_ascend_wheel.py::test_the_trainer_turns_autoload_off_itself_unless_told_otherwise"
+        "tests/trainer/test_ascend_wheel.py::test_the_trainer_turns_autoload_off_itself_unless_told_otherwise"
     ],
     # --- stopping, measured (the tests hold the behaviour and the grace period, not the seconds)
     "node 1's torchrun, 2x2, SimpleNet, `--max-restarts=1`": [
@@ -185,12 +185,13 @@ TRAINER = {
     "NIC exists and has IPv4": [F + "test_missing_nic", F + "test_nic_without_ipv4_is_fatal"],
     "hostname not loopback": [
         F + "test_loopback_hostname_without_nic_is_the_writeups_failure",
-        "tests/test_netns.py::test_loopback_hostname_without_nic_fails_and_preflight_names_cause_and_fix",
+        "tests/netns/test_netns.py::test_loopback_hostname_without_nic_fails_and_preflight_names_cause_and_fix",
     ],
-    "master name resolves": ["tests/test_preflight_dns.py::test_a_worker_waits_for_the_masters_name_then_its_port",
-                             "tests/test_preflight_dns.py::test_a_name_that_never_resolves_is_one_line_within_the_bound",
-                             "tests/test_preflight_dns.py::"
-                             "test_the_real_resolver_never_sees_the_name_and_the_launcher_never_starts"],
+    "master name resolves": [
+        "tests/agents/test_preflight_dns.py::test_a_worker_waits_for_the_masters_name_then_its_port",
+        "tests/agents/test_preflight_dns.py::test_a_name_that_never_resolves_is_one_line_within_the_bound",
+        "tests/agents/test_preflight_dns.py::test_the_real_resolver_never_sees_the_name_and_the_launcher_never_starts",
+    ],
     "master reachable": [F + "test_unreachable_master_gives_up_after_timeout", F + "test_master_waits_for_late_master"],
     "master port free": [F + "test_busy_master_port"],
     "devices cover nproc": [F + "test_device_count_must_cover_nproc", F + "test_exec_not_run_without_the_devices"],
@@ -201,13 +202,13 @@ TRAINER = {
 
 GANG = {
     "`volcano`": [
-        "tests/test_gang.py::test_every_training_pod_joins_the_one_gang_of_n",
-        "tests/test_gang_crds.py::test_rendered_podgroup_matches_crd",
+        "tests/render/test_gang.py::test_every_training_pod_joins_the_one_gang_of_n",
+        "tests/validators/test_gang_crds.py::test_rendered_podgroup_matches_crd",
     ],
-    "`kueue`": ["tests/test_gang.py::test_every_training_pod_joins_the_one_gang_of_n"],
+    "`kueue`": ["tests/render/test_gang.py::test_every_training_pod_joins_the_one_gang_of_n"],
     "`coscheduling`": [
-        "tests/test_gang.py::test_every_training_pod_joins_the_one_gang_of_n",
-        "tests/test_gang_crds.py::test_rendered_podgroup_matches_crd",
+        "tests/render/test_gang.py::test_every_training_pod_joins_the_one_gang_of_n",
+        "tests/validators/test_gang_crds.py::test_rendered_podgroup_matches_crd",
     ],
 }
 
@@ -242,7 +243,7 @@ def test_every_table_row_names_its_tests():
             f"{doc}: two rows start alike: {sorted(r for r in rows if rows.count(r) > 1)}"
         )
         assert [row for row in rows if row not in register] == [], (
-            f"{doc}: rows without tests in tests/test_doc_tables.py"
+            f"{doc}: rows without tests in tests/house/test_doc_tables.py"
         )
         assert [row for row in register if row not in rows] == [], (
             f"{doc}: the register names rows the doc no longer has"

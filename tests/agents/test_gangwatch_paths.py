@@ -1,7 +1,7 @@
 """trainer/gangwatch.py's documented paths beyond the main ones (docs/gang.md, "Bounded
 wait" and "Errors"): a Workflow already being stopped, a rejected token, 429 and 5xx
 retries, every phase that counts as placed, what happens at the deadline, the 4 KB
-termination message. The real script against the fake API of tests/test_gangwatch.py."""
+termination message. The real script against the fake API of tests/agents/test_gangwatch.py."""
 
 from __future__ import annotations
 

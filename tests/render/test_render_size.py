@@ -92,7 +92,7 @@ def dag(path) -> dict:
 
 def test_past_200_dag_tasks_the_nodes_go_in_loop_tasks(tmp_path):
     """Argo v4's full CRDs cap a DAG at 200 tasks (held against the real API server in
-    tests/test_api_server_accepts.py): up to 200 a task per node, past it loop tasks of at
+    tests/e2e/test_api_server_accepts.py): up to 200 a task per node, past it loop tasks of at
     most nodeLoops.maxItems machines, each item naming its machine."""
     assert [task["name"] for task in dag(big_values(tmp_path / "v.yaml", 200))["tasks"]][-1] == "node-199"
     tasks = dag(big_values(tmp_path / "v.yaml", 201))["tasks"]

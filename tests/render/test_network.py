@@ -2,7 +2,7 @@
 node pod's DNS name, the master reached by rank 0's name, NIC env for the pod's own
 interface, and pods that Pod Security baseline (and restricted, on request) admits.
 Refusals are cases of tests/bad_cases.py (both renderers); the preflight's wait for the
-master's name is tests/test_preflight_dns.py."""
+master's name is tests/agents/test_preflight_dns.py."""
 
 from __future__ import annotations
 

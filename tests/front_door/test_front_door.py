@@ -4,7 +4,7 @@ them), where `-o` may write, a stdout that cannot take the output, `prog` in mes
 `--summary`. Where Helm is involved, both tools are run on the same file.
 
 Cases of the shape "one problem naming a field", which Helm must refuse naming the field too,
-are in tests/bad_cases.py; properties over generated input in tests/test_render_fuzz.py.
+are in tests/bad_cases.py; properties over generated input in tests/render/test_render_fuzz.py.
 """
 
 from __future__ import annotations

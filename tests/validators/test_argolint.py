@@ -21,7 +21,7 @@ from test_chart_parity import values_strategy
 
 from chart_helpers import VALUES_FILES, helm_template
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.go  # the Go-built tools under .tools/bin
 GOLDEN_FILES = sorted((REPO / "tests" / "golden").glob("*/*.yaml"))
 LINTERS = {"v4": ("ARGOLINT", "argolint"), "v3": ("ARGOLINT_V3", "argolint-v3")}

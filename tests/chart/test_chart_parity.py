@@ -22,7 +22,7 @@ from torchdag.catalog import accelerator, accelerator_kinds, catalog, hccl_limit
 from torchdag.validate import BUILTIN_VOLUMES, RESERVED_ENV, quantity_value
 from torchdag.values import load_schema
 
-_QuotedDumper = MixedDumper  # the name other test modules import (tests/test_api_server_accepts.py)
+_QuotedDumper = MixedDumper  # the name other test modules import (tests/e2e/test_api_server_accepts.py)
 
 
 @pytest.mark.parametrize("values", VALUES_FILES, ids=lambda p: f"{p.parent.name}/{p.name}")

@@ -21,7 +21,7 @@ from argo_helpers import task_pods
 from chart_helpers import VALUES_FILES, render_py_workflow
 from testbed.localrun.expand import kube_command, kube_container_env
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.go  # the Go-built tools under .tools/bin
 
 

@@ -194,7 +194,7 @@ def test_accelerator_resources_and_nic_env_per_kind():
     argv, _ = container_process(auto)
     exec_at = argv.index("--exec")
     assert argv[:2] == ["python3", "/opt/preflight.py"] and "--nic=auto" in argv and argv[exec_at + 1] == "torchrun"
-    assert doc["spec"]["hostNetwork"] is True  # network.mode: host; pod mode: tests/test_network.py
+    assert doc["spec"]["hostNetwork"] is True  # network.mode: host; pod mode: tests/render/test_network.py
     assert "volumes" in doc["spec"] and all(v["name"] != "dshm" for v in doc["spec"]["volumes"])
 
 

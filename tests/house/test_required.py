@@ -10,8 +10,8 @@ from pathlib import Path
 
 from required import NETNS_REQUIRED
 
-REPO = Path(__file__).resolve().parent.parent
-NETNS_TESTS = ["tests/test_netns.py", "tests/test_preflight.py::test_nic_without_ipv4_is_fatal"]
+REPO = Path(__file__).resolve().parents[2]
+NETNS_TESTS = ["tests/netns/test_netns.py", "tests/agents/test_preflight.py::test_nic_without_ipv4_is_fatal"]
 
 
 def run_pytest(env: dict) -> subprocess.CompletedProcess:
