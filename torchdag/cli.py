@@ -1,16 +1,27 @@
-"""render.py's command line (and `torchdag render` / `torchdag check`): the options, then
-the pipeline (torchdag/pipeline.py), then the output (torchdag/output.py), every error
-through the one handler (torchdag/errors.py)."""
+"""The command line, one module for both doors: render.py (`main`) and the `torchdag` command
+(`torchdag_main`, pyproject's console script and `python -m torchdag`), whose subcommands are
+the entries of SUBCOMMANDS. Each command parses its options, runs the pipeline
+(torchdag/pipeline.py), then the output (torchdag/output.py), every error through the one
+handler (torchdag/errors.py).
+
+A new subcommand is one Subcommand entry: its name, its usage after the name, its lines for
+`torchdag --help`, and its `main(argv, prog) -> status`, which runs its body through
+`run_command(body, prog)`.
+"""
 
 from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import dataclass
+from typing import Callable
 
-from . import pipeline
+from . import __version__, pipeline
 from .errors import CannotWrite, run_command
 from .output import check_output, emit, write_output
 from .summary import summary_lines
+
+PROG = "torchdag"
 
 FILES_HELP = ("the values file, e.g. examples/cluster.yaml; - reads standard input; several are merged in order "
               "as Helm merges its -f files (mappings key by key, lists and other values replaced)")
@@ -66,7 +77,7 @@ def parse(argv: list[str] | None, prog: str, check: bool = False) -> argparse.Na
 
 
 def main(argv: list[str] | None = None, prog: str = "render.py") -> int:
-    """render.py, and `torchdag render` (which passes its own `prog` for messages)."""
+    """render.py, and `torchdag render` (whose `prog` names it in messages)."""
     args = parse(argv, prog)
     return run_command(lambda: _render(args, prog), prog)
 
@@ -101,3 +112,85 @@ def _writing(prog: str, target: str, write, *args) -> None:
         write(*args)
     except OSError as err:
         raise CannotWrite(prog, target, err.strerror or str(err)) from None
+
+
+# --- the `torchdag` command ----------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Subcommand:
+    """One `torchdag NAME ...`: `usage` follows the name in the usage lines, `summary` is its
+    paragraph of `torchdag --help`, `main(argv, prog)` runs it (prog: "torchdag NAME")."""
+
+    name: str
+    usage: str
+    summary: str
+    main: Callable[[list[str], str], int]
+
+
+SUBCOMMANDS: tuple[Subcommand, ...] = (
+    Subcommand("render", "FILE [-f FILE]... [-o OUT] [--check] [--summary [--short]] [-q]",
+               "validate FILE and print the Workflow, or write it atomically with -o OUT; --check validates "
+               "only, --summary prints the per-node table instead (with -o: writes the Workflow and prints the "
+               "table), --short keeps its first and last rows, -q silences warnings (the same as render.py)",
+               main),
+    Subcommand("check", "FILE [-f FILE]... [-q]",
+               "validate only: nothing on stdout, one line per problem on stderr, exit 2", check_main),
+)
+
+
+def _wrap(text: str, width: int = 78, indent: int = 16) -> str:
+    lines, line = [], ""
+    for word in text.split():
+        if line and len(line) + 1 + len(word) > width - indent:
+            lines.append(line)
+            line = word
+        else:
+            line = f"{line} {word}" if line else word
+    return ("\n" + " " * indent).join(lines + [line])
+
+
+def usage() -> str:
+    rows = [f"{PROG} {command.name} {command.usage}" for command in SUBCOMMANDS] + [f"{PROG} --version"]
+    return "usage: " + "\n       ".join(rows) + "\n"
+
+
+def help_text() -> str:
+    commands = "".join(f"  {f'{c.name} FILE' if c.usage.startswith('FILE') else c.name:<13} {_wrap(c.summary)}\n"
+                       for c in SUBCOMMANDS)
+    return usage() + f"""
+Render a torchdag values file (cluster.yaml) into an Argo Workflow, or validate it.
+
+commands:
+{commands}
+  FILE is a values file; - reads standard input; -f FILE (repeatable) adds files merged
+  over the ones before them, as helm merges its -f files (mappings key by key, lists and
+  other values replaced).
+
+options:
+  -h, --help     show this help; `{PROG} COMMAND --help` shows a command's options
+  -V, --version  print the version and exit
+
+Exit status: 0 ok, 2 invalid values or usage, 1 the output could not be written,
+70 a bug in torchdag.
+"""
+
+
+def torchdag_main(argv: list[str] | None = None) -> int:
+    """The `torchdag` command: the subcommand named first gets the rest of argv, untouched."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    names = ", ".join(command.name for command in SUBCOMMANDS)
+    if not argv:
+        sys.stderr.write(usage() + f"{PROG}: error: a command is required ({names})\n")
+        return 2
+    first, rest = argv[0], argv[1:]
+    if first in ("-h", "--help", "help"):
+        sys.stdout.write(help_text())
+        return 0
+    if first in ("-V", "--version"):
+        print(f"{PROG} {__version__}")
+        return 0
+    command = next((c for c in SUBCOMMANDS if c.name == first), None)
+    if command is None:
+        sys.stderr.write(usage() + f"{PROG}: error: unknown command {first!r} (choose from {names})\n")
+        return 2
+    return command.main(rest, f"{PROG} {command.name}")

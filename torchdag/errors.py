@@ -7,7 +7,7 @@ that says so, with exit status 70 (EX_SOFTWARE), and no traceback (TORCHDAG_TRAC
 prints it too, for whoever fixes the bug).
 
 Every command runs its body through `run_command`: render.py and `torchdag render`/`check`
-(torchdag/cli.py), `torchdag smoke` and `python -m testbed.localrun`, and the cluster tools:
+(torchdag/cli.py), and the test bed's `python -m testbed.localrun` and cluster tools:
 
     from torchdag.errors import TorchdagError, run_command
 

@@ -10,7 +10,7 @@ import pytest
 
 from helpers import EXAMPLE, REPO
 from testbed.localrun.errors import LocalRunError
-from torchdag import cli, command, errors, pipeline
+from torchdag import cli, errors, pipeline
 from torchdag.problems import ValuesError
 from torchdag.render import RenderBug, TooLarge
 
@@ -36,7 +36,7 @@ def test_a_forced_internal_error_is_one_line_and_exit_70(monkeypatch, capsys, ar
         raise KeyError("shapes\nsecond line")
 
     monkeypatch.setattr(pipeline, "make_plan", broken_plan)
-    status = cli.main(argv) if prog == "render.py" else command.main(argv)
+    status = cli.main(argv) if prog == "render.py" else cli.torchdag_main(argv)
     captured = capsys.readouterr()
     assert status == errors.EXIT_BUG == 70 and captured.out == ""
     assert _one_bug_line(captured.err, prog).endswith("KeyError: 'shapes\\nsecond line'")
@@ -58,8 +58,10 @@ def test_smoke_reports_a_bug_the_same_way(monkeypatch, capsys):
         raise AttributeError("'NoneType' object has no attribute 'doc'")
 
     monkeypatch.setattr(localrun_cli, "load", broken_load)
-    assert command.main(["smoke", str(REPO / "examples" / "local.yaml"), "--dry-run"]) == 70
-    _one_bug_line(capsys.readouterr().err, "torchdag smoke")
+    prog = "python -m testbed.localrun"  # what testbed/localrun/__main__.py runs
+    argv = [str(REPO / "examples" / "local.yaml"), "--dry-run"]
+    assert errors.run_command(lambda: localrun_cli.main(argv), prog) == 70
+    _one_bug_line(capsys.readouterr().err, prog)
 
 
 def test_render_py_process_exits_70_with_one_line():

@@ -50,7 +50,7 @@ def test_render_requirements_are_the_package_dependencies():
 
 def test_project_metadata():
     project = PYPROJECT["project"]
-    assert project["scripts"] == {"torchdag": "torchdag.command:main"}
+    assert project["scripts"] == {"torchdag": "torchdag.cli:torchdag_main"}
     assert project["dynamic"] == ["version"]
     assert PYPROJECT["tool"]["hatch"]["version"]["path"] == "torchdag/__init__.py"
     assert PYPROJECT["build-system"]["build-backend"] == "hatchling.build"
@@ -98,11 +98,11 @@ def test_wheel_carries_schema_and_templates(wheel):
         info = f"torchdag-{torchdag.__version__}.dist-info"
         entry_points = zf.read(f"{info}/entry_points.txt").decode()
         metadata = zf.read(f"{info}/METADATA").decode()
-    assert "torchdag = torchdag.command:main" in entry_points
+    assert "torchdag = torchdag.cli:torchdag_main" in entry_points
     for dependency in PYPROJECT["project"]["dependencies"]:
         assert f"Requires-Dist: {dependency}".lower() in metadata.lower()
-    assert "torchdag/command.py" in names and "torchdag/cli.py" in names
-    assert not [n for n in names if n.startswith(("tests/", "chart/", "trainer/")) or "__pycache__" in n]
+    assert "torchdag/__main__.py" in names and "torchdag/cli.py" in names
+    assert not [n for n in names if n.startswith(("tests/", "chart/", "trainer/", "testbed/")) or "__pycache__" in n]
     assert not [n for n in names if "torch" in n and not n.startswith("torchdag")]
 
 

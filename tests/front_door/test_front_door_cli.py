@@ -12,7 +12,7 @@ import pytest
 
 from chart_helpers import helm_template, spec_text
 from cli_helpers import BASE, REPO, render_py, write
-from torchdag import command
+from torchdag import cli
 from torchdag.pipeline import build
 from torchdag.sources import blame
 
@@ -30,7 +30,7 @@ def test_check_with_an_output_is_refused_saying_why(argv, fragment, tmp_path, ca
     values, out = write(tmp_path, BASE), tmp_path / "out.yaml"
     argv = [str(values) if word == "FILE" else str(out) if word == "OUT" else word for word in argv]
     with pytest.raises(SystemExit) as exited:
-        command.main(argv)
+        cli.torchdag_main(argv)
     assert exited.value.code == 2 and fragment in capsys.readouterr().err
     assert not out.exists()
 
@@ -55,7 +55,7 @@ def test_standard_input_is_named_in_messages():
 
 
 def test_standard_input_under_torchdag_check():
-    done = subprocess.run([sys.executable, "-m", "torchdag.command", "check", "-"], input="name: [", text=True,
+    done = subprocess.run([sys.executable, "-m", "torchdag", "check", "-"], input="name: [", text=True,
                           capture_output=True, cwd=REPO, timeout=30)
     assert done.returncode == 2 and done.stderr.startswith("<stdin>: (top level): not valid YAML at line ")
 
@@ -119,12 +119,12 @@ def test_no_file_is_a_usage_error():
 # --- help -----------------------------------------------------------------------------------------
 
 def test_the_help_names_every_option(capsys):
-    assert command.main(["--help"]) == 0
+    assert cli.torchdag_main(["--help"]) == 0
     out = capsys.readouterr().out
     for word in ("--summary", "--short", "-f FILE", "- reads standard input", "--check", "-q"):
         assert word in out, word
     with pytest.raises(SystemExit):
-        command.main(["check", "--help"])
+        cli.torchdag_main(["check", "--help"])
     out = capsys.readouterr().out
     assert "--check" not in out and "--output" not in out and "--summary" not in out
     assert "Validate a torchdag values file" in out and "--values FILE" in out

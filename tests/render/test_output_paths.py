@@ -16,7 +16,7 @@ import pytest
 
 from cli_helpers import BASE, EXAMPLE, REPO, one_line, render_py, write
 from helpers import CLUSTER_SUMMARY
-from torchdag import cli, command, pipeline
+from torchdag import cli, pipeline
 
 # --- where -o writes --------------------------------------------------------------------------
 
@@ -167,10 +167,10 @@ def test_prog_names_the_command_in_help_usage_errors_and_write_errors(prog, tmp_
 
 
 def test_the_torchdag_command_passes_its_name(tmp_path, capsys):
-    assert command.main(["render", str(EXAMPLE), "-o", f"{tmp_path}/x/.", "-q"]) == 1
+    assert cli.torchdag_main(["render", str(EXAMPLE), "-o", f"{tmp_path}/x/.", "-q"]) == 1
     assert capsys.readouterr().err.startswith(f"torchdag render: cannot write {tmp_path}/x/.: names a folder")
     with pytest.raises(SystemExit):
-        command.main(["check", "--help"])
+        cli.torchdag_main(["check", "--help"])
     assert capsys.readouterr().out.startswith("usage: torchdag check [-h]")
 
 
@@ -202,7 +202,7 @@ def test_summary_instead_of_the_workflow(tmp_path, capsys):
 
 def test_summary_with_output_writes_the_workflow_and_prints_the_table(tmp_path, capsys):
     out = tmp_path / "workflow.yaml"
-    assert command.main(["render", str(EXAMPLE), "--summary", "-o", str(out)]) == 0
+    assert cli.torchdag_main(["render", str(EXAMPLE), "--summary", "-o", str(out)]) == 0
     assert capsys.readouterr().out == CLUSTER_SUMMARY
     assert out.read_text(encoding="utf-8") == pipeline.build(EXAMPLE)
 
