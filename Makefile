@@ -173,11 +173,11 @@ $(POSTGRES):
 
 # The cluster's state (pids, logs, certificates, kubeconfig) lives in CLUSTER_DIR.
 CLUSTER_DIR ?= .cluster
-CLUSTER := $(RENDER_PY) -m testbed.cluster --dir $(CLUSTER_DIR)
-cluster-up: $(RENDER_STAMP) $(CLUSTER_BINS) $(WORKFLOW_CONTROLLER) $(ARGOEXEC) $(KUBECTL) $(POSTGRES) ## start a local control plane + Argo's controller (processes on 127.0.0.1); CLUSTER_DIR/kubeconfig
+CLUSTER := $(PY) -m testbed.cluster --dir $(CLUSTER_DIR)
+cluster-up: $(VENV_STAMP) $(CLUSTER_BINS) $(WORKFLOW_CONTROLLER) $(ARGOEXEC) $(KUBECTL) $(POSTGRES) ## start a local control plane + Argo's controller (processes on 127.0.0.1); CLUSTER_DIR/kubeconfig
 	$(CLUSTER) up
 
-cluster-nodes: $(RENDER_STAMP) ## register VALUES' nodes as Ready Nodes of the local cluster
+cluster-nodes: $(VENV_STAMP) ## register VALUES' nodes as Ready Nodes of the local cluster
 	$(CLUSTER) nodes $(VALUES)
 
 # The process kubelet runs pods as local processes (torch comes from .venv); --cpu: NPU and
@@ -186,7 +186,7 @@ KUBELET_ARGS ?= --cpu
 cluster-kubelet: $(VENV_STAMP) ## run the pods of the registered Nodes as local processes (background; KUBELET_ARGS, default --cpu)
 	$(PY) -m testbed.cluster --dir $(CLUSTER_DIR) kubelet $(KUBELET_ARGS)
 
-cluster-down: $(RENDER_STAMP) ## stop the local cluster's processes and remove CLUSTER_DIR
+cluster-down: $(VENV_STAMP) ## stop the local cluster's processes and remove CLUSTER_DIR
 	$(CLUSTER) down
 
 e2e: $(VENV_STAMP) $(HELM) $(CLUSTER_BINS) $(WORKFLOW_CONTROLLER) $(ARGOEXEC) $(KUBECTL) $(PODSECURITY) $(POSTGRES) ## the tests on a local cluster with Argo's real controller (docs/e2e.md); make test runs them too

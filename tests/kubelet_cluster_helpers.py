@@ -15,7 +15,7 @@ import pytest
 
 import helpers
 from helpers import REPO
-from testbed.kubelet.api import Kube
+from testbed.kube import Kube
 
 KUBECONFIG_ENV = "TORCHDAG_TEST_KUBECONFIG"  # an API server already up (e.g. `make cluster-up`'s)
 

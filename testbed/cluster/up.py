@@ -15,14 +15,15 @@ import ssl
 import subprocess
 import sys
 import time
-import urllib.error
 import urllib.request
 from pathlib import Path
 
 import yaml
+from kubernetes.client.exceptions import ApiException
 
 from torchdag.errors import TorchdagError
 
+from ..kube import Kube
 from . import manifests, postgres, procs
 from .layout import (
     ARGO_CRDS,
@@ -120,6 +121,10 @@ def env(component: str, port: dict[str, int]) -> dict[str, str]:
     return {"LEADER_ELECTION_DISABLE": "true", "TORCHDAG_HEALTHZ_ADDRESS": f"127.0.0.1:{port['argo-healthz']}"}
 
 
+# The controller-manager's and the scheduler's health ports serve self-signed certificates.
+_SELF_SIGNED = ssl._create_unverified_context()
+
+
 def _tail(path: Path, lines: int = 15) -> str:
     try:
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
@@ -131,38 +136,34 @@ class Cluster:
     def __init__(self, layout: Layout) -> None:
         self.layout = layout
         self.port: dict[str, int] = {}
-        self._api_context: ssl.SSLContext | None = None
+        self._kube: Kube | None = None
 
     # -- talking to the servers -------------------------------------------------------------
-    def api_context(self) -> ssl.SSLContext:
-        if self._api_context is None:
-            ctx = ssl.create_default_context(cafile=str(self.layout.cert("ca.crt")))
-            ctx.load_cert_chain(str(self.layout.cert("admin.crt")), str(self.layout.cert("admin.key")))
-            self._api_context = ctx
-        return self._api_context
+    @property
+    def kube(self) -> Kube:
+        """The API server as admin (the kubeconfig `prepare` wrote), through the test bed's client."""
+        if self._kube is None:
+            self._kube = Kube(str(self.layout.kubeconfig))
+        return self._kube
 
     def api(self, path: str, method: str = "GET", body: dict | None = None,
-            content_type: str = "application/json") -> dict | None:
+            content_type: str | None = None, query: dict | None = None) -> dict | None:
         """One request to the API server as admin: the answer; None when the object does not exist (404)."""
-        url = f"https://127.0.0.1:{self.port['apiserver']}{path}"
-        data = json.dumps(body).encode() if body is not None else None
-        request = urllib.request.Request(url, data=data, method=method, headers={"Content-Type": content_type})
         try:
-            with urllib.request.urlopen(request, context=self.api_context(), timeout=30) as answer:
-                return json.loads(answer.read())
-        except urllib.error.HTTPError as err:
-            if err.code == 404 and method == "GET":
+            return self.kube.request(method, path, query=query, body=body, content_type=content_type)
+        except ApiException as err:
+            if err.status == 404 and method == "GET":
                 return None
             try:
-                reason = json.loads(err.read()).get("message", "")
-            except ValueError:
+                reason = json.loads(err.body or "{}").get("message", "")
+            except (TypeError, ValueError):
                 reason = ""
-            raise ClusterError(f"{method} {path.split('?')[0]}: {err.code} {reason or err.reason}") from None
+            raise ClusterError(f"{method} {path}: {err.status} {reason or err.reason}") from None
 
     def apply(self, path: str, body: dict) -> dict | None:
         """Server-side apply (as `kubectl apply --server-side --force-conflicts`) of one object."""
-        return self.api(f"{path}?fieldManager=torchdag-cluster&force=true", "PATCH", body,
-                        "application/apply-patch+yaml")  # JSON is YAML
+        return self.api(path, "PATCH", body, "application/apply-patch+yaml",  # JSON is YAML
+                        query={"fieldManager": "torchdag-cluster", "force": "true"})
 
     def kubectl(self, *args: str, stdin: str | None = None) -> str:
         cmd = [str(binary("kubectl")), f"--kubeconfig={self.layout.kubeconfig}", *args]
@@ -172,26 +173,26 @@ class Cluster:
         return done.stdout
 
     @staticmethod
-    def _health(url: str, context: ssl.SSLContext | None) -> bool:
+    def _health(url: str) -> bool:
         try:
-            with urllib.request.urlopen(url, context=context, timeout=5) as answer:
+            with urllib.request.urlopen(url, context=_SELF_SIGNED, timeout=5) as answer:
                 body = answer.read().decode(errors="replace")
                 return answer.status == 200 and ("ok" in body or '"health":"true"' in body.replace(" ", ""))
         except (OSError, ValueError):
             return False
 
-    def health_url(self, component: str) -> tuple[str, ssl.SSLContext | None]:
-        unverified = ssl._create_unverified_context()  # self-signed serving certs of kcm and scheduler
+    def health_url(self, component: str) -> str:
         return {
-            "etcd": (f"http://127.0.0.1:{self.port['etcd-client']}/health", None),
-            "kube-apiserver": (f"https://127.0.0.1:{self.port['apiserver']}/readyz", self.api_context()),
-            "kube-controller-manager": (f"https://127.0.0.1:{self.port['controller-manager']}/healthz", unverified),
-            "kube-scheduler": (f"https://127.0.0.1:{self.port['scheduler']}/healthz", unverified),
-            "workflow-controller": (f"http://127.0.0.1:{self.port['argo-healthz']}/healthz", None),
+            "etcd": f"http://127.0.0.1:{self.port['etcd-client']}/health",
+            "kube-controller-manager": f"https://127.0.0.1:{self.port['controller-manager']}/healthz",
+            "kube-scheduler": f"https://127.0.0.1:{self.port['scheduler']}/healthz",
+            "workflow-controller": f"http://127.0.0.1:{self.port['argo-healthz']}/healthz",
         }[component]
 
     def healthy(self, component: str) -> bool:
-        return self._health(*self.health_url(component))
+        # The API server through the client (its CA, the admin's certificate); the other
+        # components' health ports are plain probes, not the Kubernetes API.
+        return self.kube.ready() if component == "kube-apiserver" else self._health(self.health_url(component))
 
     def wait(self, what: str, check, component: str | None = None, timeout: float = WAIT_S) -> None:
         """Poll `check` until true; fail early when the component's process has died."""

@@ -9,10 +9,10 @@ import threading
 import time
 from pathlib import Path
 
+from ..kube import Kube
 from ..localrun.cli import _parse_map
 from ..localrun.mapping import CHECKOUT
 from ..localrun.prepare import Options
-from .api import Kube
 from .kubelet import Kubelet, Recorder
 from .sandbox import can_mount
 from .workflows import WorkflowWatch

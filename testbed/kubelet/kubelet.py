@@ -13,8 +13,8 @@ from pathlib import Path
 
 from kubernetes.client.exceptions import ApiException
 
+from ..kube import Kube
 from ..localrun.prepare import Options
-from .api import Kube
 from .nodes import NodeKeeper
 from .pods import PodWorker
 from .translate import PodContext
@@ -67,11 +67,8 @@ class Kubelet:
 
     # -- what workers ask
 
-    def node_ip(self, node: str) -> str:
-        return self.keeper.address(node)
-
-    def pod_ip(self, node: str) -> str:
-        # No pod network here: a pod without hostNetwork gets its Node's address too.
+    def address(self, node: str) -> str:
+        """The Node's address; with no pod network here, every pod on it has this IP too."""
         return self.keeper.address(node)
 
     def log_path(self, namespace: str, pod: str, container: str) -> Path:
@@ -79,9 +76,8 @@ class Kubelet:
 
     def context_for(self, pod: dict) -> PodContext:
         node = pod["spec"]["nodeName"]
-        ip = self.node_ip(node)
-        pod_ip = ip if pod["spec"].get("hostNetwork") else self.pod_ip(node)
-        return PodContext(node_name=node, host_ip=ip, pod_ip=pod_ip,
+        ip = self.address(node)
+        return PodContext(node_name=node, host_ip=ip, pod_ip=ip,
                           api_host=self.api.api_host, api_port=self.api.api_port,
                           allocatable=self.keeper.allocatable(node), config_maps=self.api.config_map_data,
                           secrets=self.api.secret_data, options=self.options, argoexec=self.argoexec, wait=self.wait)

@@ -13,7 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from kubernetes.client.exceptions import ApiException
 
-from .api import STRATEGIC, Kube
+from ..kube import STRATEGIC, Kube
 from .status import now
 
 LEASE_SECONDS = 40

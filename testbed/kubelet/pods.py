@@ -15,16 +15,14 @@ import subprocess
 import threading
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
+from ..kube import Kube
 from ..localrun.prepare import process_env
 from ..localrun.procs import MARKER_ENV, ProcessTree, process_table
 from .sandbox import SA_PATH, Sandbox, wrap
 from .status import WAIT_NOT_RUN, ContainerState, PodState, exit_code_of, termination_message
-from .translate import ContainerRun, PodError, plan_pod
-
-if TYPE_CHECKING:
-    from .kubelet import Kubelet
+from .translate import ContainerRun, PodContext, PodError, plan_pod
 
 POLL = 0.2
 TREE_EVERY = 5  # polls between two looks at the container's process tree
@@ -32,8 +30,36 @@ BACKOFF_FIRST, BACKOFF_MAX = 10.0, 300.0  # kubelet's container restart back-off
 TOKEN_SECONDS = 86400
 
 
+class Recording(Protocol):
+    def write(self, entry: dict) -> None: ...
+
+
+class PodHost(Protocol):
+    """What a pod worker needs of the kubelet that runs it (kubelet.py's Kubelet): the API,
+    the process environment, where logs go, and the calls back when its pod is done."""
+
+    api: Kube
+    base_env: dict[str, str]
+    bin_dir: str
+    no_exec: bool
+    no_exec_seconds: float
+    record: Recording | None
+    run_id: str
+    state_dir: Path
+
+    def say(self, text: str) -> None: ...
+
+    def address(self, node: str) -> str: ...
+
+    def context_for(self, pod: dict) -> PodContext: ...
+
+    def log_path(self, namespace: str, pod: str, container: str) -> Path: ...
+
+    def pod_done(self, worker: PodWorker) -> None: ...
+
+
 class PodWorker:
-    def __init__(self, kubelet: "Kubelet", pod: dict):
+    def __init__(self, kubelet: PodHost, pod: dict):
         self.k = kubelet
         self.pod = pod
         meta = pod["metadata"]
@@ -41,8 +67,9 @@ class PodWorker:
         self.key = f"{self.namespace}/{self.name}"
         spec = pod["spec"]
         node = spec["nodeName"]
-        host_ip = kubelet.node_ip(node)
-        self.state = PodState(node, host_ip, host_ip if spec.get("hostNetwork") else kubelet.pod_ip(node),
+        # No pod network here: every pod, hostNetwork or not, has its Node's address.
+        address = kubelet.address(node)
+        self.state = PodState(node, address, address,
                               spec.get("restartPolicy", "Always"),
                               kept_conditions=list((pod.get("status") or {}).get("conditions") or []))
         self.images = {c["name"]: c.get("image", "") for c in spec.get("initContainers", []) + spec["containers"]}

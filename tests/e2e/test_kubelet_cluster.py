@@ -19,7 +19,7 @@ from kubelet_cluster_helpers import (
 )
 
 from helpers import REPO
-from testbed.kubelet.api import Kube
+from testbed.kube import Kube
 
 pytestmark = [pytest.mark.go, pytest.mark.e2e]
 ARGOEXEC = REPO / ".tools" / "bin" / "argoexec"

@@ -15,7 +15,7 @@ import yaml
 from kubelet_cluster_helpers import KubeletProcess, delete_nodes, kubeconfig_for, register_nodes, wait_for
 
 from helpers import EXAMPLES
-from testbed.kubelet.api import Kube
+from testbed.kube import Kube
 from testbed.localrun.load import load_workflow
 from testbed.localrun.prepare import Options, _prepare_tasks, workflow_scope
 

@@ -14,7 +14,7 @@ import yaml
 from kubelet_cluster_helpers import KubeletProcess, delete_nodes, dump, kubeconfig_for, register_nodes, unique, wait_for
 
 from helpers import REPO, free_port
-from testbed.kubelet.api import Kube
+from testbed.kube import Kube
 from torchdag.pipeline import build
 
 pytestmark = [pytest.mark.go, pytest.mark.torch, pytest.mark.e2e]  # the control plane and Argo from Go; real torchrun

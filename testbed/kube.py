@@ -1,5 +1,6 @@
-"""The API server, through the official `kubernetes` client's transport (kubeconfig, TLS,
-auth), with plain dicts in and out: pods carry Argo's whole template in their env, and
+"""The test bed's one Kubernetes client (the cluster tooling's and the process kubelet's): the
+API server through the official `kubernetes` client's transport (kubeconfig, TLS, auth),
+with plain dicts in and out: pods carry Argo's whole template in their env, and
 building client models for thousands of them would cost more than the work itself."""
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import threading
 from typing import Iterator
 from urllib.parse import urlparse
 
+import urllib3
 from kubernetes import config
 from kubernetes.client.exceptions import ApiException
 from kubernetes.watch.watch import iter_resp_lines
@@ -58,6 +60,14 @@ class Kube:
         if not 200 <= resp.status <= 299:
             raise ApiException(status=resp.status, reason=resp.reason, http_resp=resp)
         return json.loads(data) if data else {}
+
+    def ready(self) -> bool:
+        """The API server's /readyz answers ok (plain text, not JSON)."""
+        try:
+            resp = self._send("GET", "/readyz", None, None, None, 5)
+            return resp.status == 200 and resp.read().strip() == b"ok"
+        except (OSError, ApiException, urllib3.exceptions.HTTPError):
+            return False
 
     def get_or_none(self, path: str) -> dict | None:
         try:
