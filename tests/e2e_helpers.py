@@ -1,5 +1,5 @@
 """Rendered Workflows under the real Argo controller on the local cluster, their pods run by
-the process kubelet (tests/test_e2e_*.py; `make e2e`). Each test gets Nodes and a namespace
+the process kubelet (tests/e2e/; `make e2e`). Each test gets Nodes and a namespace
 of its own, so the tests of one cluster never see each other's pods."""
 
 from __future__ import annotations

@@ -31,6 +31,13 @@ def write(tmp_path: Path, text: str, name: str = "cluster.yaml") -> Path:
     return path
 
 
+def parse_values(text: str, source: str) -> dict:
+    """YAML text -> values, or ValuesError: the load phase on text alone (torchdag.values.parse)."""
+    from torchdag.values import parse
+
+    return parse(text, source).values
+
+
 # The summary render.py prints for examples/cluster.yaml (two 310P nodes, one card each, port
 # 25195), written out by hand: HCCL_EXEC_TIMEOUT is 600 s rounded down to a multiple of CANN's
 # 68 s step. tests/render/test_output_paths.py and the chart's NOTES (tests/chart/test_chart.py) hold to it.

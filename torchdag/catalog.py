@@ -80,10 +80,6 @@ def is_ascend(kind: str) -> bool:
     return accelerator(kind)["ascend"]
 
 
-def native_backend(kind: str) -> str:
-    return accelerator(kind)["backend"]
-
-
 def hccl_limit(kind: str, nnodes: int, duo_card: bool) -> dict | None:
     """The first of the card's HCCL limits (hcclLimits) that holds for this job, or None."""
     holds = {"always": True, "multiNode": nnodes > 1, "noDuoCard": not duo_card}
@@ -129,11 +125,6 @@ def _ipv4() -> re.Pattern:
 
 def is_ipv4(text: str) -> bool:
     return bool(_ipv4().match(text))
-
-
-def set_env_wrapper() -> str:
-    """The bash -c script that sources CANN's set_env.sh and execs the launcher."""
-    return catalog()["setEnvWrapper"]
 
 
 def fit_definitions() -> dict[str, dict]:

@@ -21,10 +21,6 @@ from .schema_check import schema_problems, schema_report, show
 from .values import load_schema
 from .yamlout import quantity
 
-# Kept as names for the tests; the catalogue holds them.
-RESERVED_ENV = tuple(catalog.reserved_env())
-BUILTIN_VOLUMES = tuple(catalog.builtin_volumes())
-
 ARGO_OPEN = "{{"
 
 

@@ -187,11 +187,6 @@ def parse(text: str, source: str) -> Loaded:
     return Loaded(data, source, too_big)
 
 
-def parse_values(text: str, source: str) -> dict:
-    """YAML text -> values, or ValuesError (see parse)."""
-    return parse(text, source).values
-
-
 STDIN = "-"  # the file name that reads standard input, as in Helm's `-f -`
 
 

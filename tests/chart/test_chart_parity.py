@@ -18,8 +18,8 @@ from plain_yaml import MixedDumper
 
 from bad_cases import BAD_CASES
 from chart_helpers import REPO, VALUES_FILES, assert_same_workflow, helm_spellings, helm_template
-from torchdag.catalog import accelerator, accelerator_kinds, catalog, hccl_limit
-from torchdag.validate import BUILTIN_VOLUMES, RESERVED_ENV, quantity_value
+from torchdag.catalog import accelerator, accelerator_kinds, builtin_volumes, catalog, hccl_limit, reserved_env
+from torchdag.validate import quantity_value
 from torchdag.values import load_schema
 
 _QuotedDumper = MixedDumper  # the name other test modules import (tests/e2e/test_api_server_accepts.py)
@@ -50,7 +50,7 @@ one_word = hostile_nonempty.map(lambda s: re.sub(r"[\t\n\v\f\r ]", "", s)).filte
 command = st.tuples(one_word, st.lists(hostile_nonempty, max_size=2)).map(lambda c: [c[0], *c[1]])  # a program first
 dns_label = st.from_regex(r"[a-z]([a-z0-9-]{0,10}[a-z0-9])?", fullmatch=True)
 env_name = st.from_regex(r"[A-Za-z_][A-Za-z0-9_]{0,12}", fullmatch=True).filter(
-    lambda n: n not in RESERVED_ENV and not n.startswith("PET_"))
+    lambda n: n not in reserved_env() and not n.startswith("PET_"))
 quantity = st.one_of(
     st.integers(0, 10**6),
     st.floats(0, 1e9, allow_nan=False, allow_infinity=False),
@@ -158,7 +158,7 @@ security_context = st.fixed_dictionaries({}, optional={
 
 @st.composite
 def volumes_strategy(draw) -> list[dict]:
-    names = draw(st.lists(dns_label.filter(lambda n: n not in BUILTIN_VOLUMES), unique=True, max_size=3))
+    names = draw(st.lists(dns_label.filter(lambda n: n not in builtin_volumes()), unique=True, max_size=3))
     volumes = []
     for index, name in enumerate(names):
         # The index keeps mount paths distinct after trailing '/' are stripped.

@@ -19,10 +19,10 @@ from test_chart_parity import assert_same_workflow, values_strategy  # the compa
 
 from chart_helpers import helm_template
 from cli_helpers import BASE
+from helpers import parse_values
 from torchdag.cli import main
 from torchdag.pipeline import valid_values
 from torchdag.problems import ValuesError
-from torchdag.values import parse_values
 
 MINIMAL = "name: t\nimage: i\nscript: /t.py\nnodes: [{name: a}]\n"
 

@@ -17,7 +17,7 @@ from argo_helpers import container_process, task_pods, validate_argo, validate_k
 from bad_cases import BAD_CASES
 from golden import golden_pairs
 from helpers import REPO
-from torchdag.catalog import set_env_wrapper
+from torchdag.catalog import catalog
 from torchdag.cli import main
 from torchdag.network import is_pod
 from torchdag.pipeline import build, valid_values
@@ -163,7 +163,7 @@ def test_original_example_two_ascend_nodes():
     for pod in pods.values():
         container = pod["spec"]["containers"][0]
         argv, env = container_process(container)
-        assert argv[:3] == ["/bin/bash", "-c", set_env_wrapper()]
+        assert argv[:3] == ["/bin/bash", "-c", catalog()["setEnvWrapper"]]
         assert argv[4] == "/usr/local/Ascend/ascend-toolkit/set_env.sh"
         ranks[env["HCCL_IF_IP"]] = next(a for a in argv if a.startswith("--node_rank="))
         assert "--master_addr=192.168.110.22" in argv and "--master_port=25195" in argv
@@ -366,7 +366,7 @@ def test_null_is_refused_where_absence_means_nothing(tmp_path):
 
 def test_plain_scalars_read_as_helm_reads_them(tmp_path):
     """go-yaml (Helm) reads y/n as booleans and 1e3 as a number; render.py must agree."""
-    from torchdag.values import parse_values
+    from helpers import parse_values
 
     assert parse_values("a: y\nb: N\nc: 1e3\nd: 2.5e1\ne: 'n'\nf: e3\n", "x") == {
         "a": True, "b": False, "c": 1000.0, "d": 25.0, "e": "n", "f": "e3"}

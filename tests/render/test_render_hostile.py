@@ -16,8 +16,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from argo_helpers import container_process, task_pods, validate_argo
+from torchdag.catalog import reserved_env
 from torchdag.pipeline import build
-from torchdag.validate import RESERVED_ENV
 
 NASTY = ["'", '"', ": ", " #", "#", "\n", "\r\n", "\t", "$(HOME)", "$$(HOME)", "$HOME", "$", "$(", ";", "`id`", "\\",
          "- ", "{", "}", "[", "]", "&anchor", "*alias", "!tag", "%", "@", "|", ">", "---", "...", "ünï", "训练", "✓",
@@ -32,7 +32,7 @@ hostile_text = st.lists(st.one_of(st.sampled_from(NASTY),
                         max_size=6).map("".join).filter(lambda s: "{{" not in s and not REFUSED.search(s))
 # PET_* names are torchrun's option defaults, refused (tests/bad_cases.py).
 env_names = st.from_regex(r"[A-Z_][A-Z0-9_]{0,12}", fullmatch=True).filter(
-    lambda n: n not in RESERVED_ENV and not n.startswith("PET_"))
+    lambda n: n not in reserved_env() and not n.startswith("PET_"))
 
 class _QuotedDumper(yaml.SafeDumper):
     """Every string double-quoted: a plain `1e3` or `n` would read back as a number or a
