@@ -33,20 +33,20 @@ supervise (supervise.py and procs.py for one attempt, restart.py for restarts), 
 from .cli import build_parser, main
 from .errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_INVALID, EXIT_OK, EXIT_REFUSED, EXIT_TIMEOUT, LocalRunError
 from .expand import UnresolvedTag, argo_substitute, kube_command, kube_container_env, kube_expand
-from .load import Loaded, load, load_workflow
+from .load import LoadedWorkflow, load, load_workflow
 from .mapping import CHECKOUT, DEFAULT_MAPS, local_devices
 from .prepare import Job, LocalTask, Options, prepare, prepare_job
 from .procs import MARKER_ENV, ProcessTree, process_table
-from .report import loss_value, summary_lines
+from .report import loss_value, outcome_lines
 from .restart import JobOutcome, JobRunner
 from .retry import RetryPolicy, parse_duration
 from .supervise import Outcome, Supervisor, TaskResult
 
 __all__ = [
     "CHECKOUT", "DEFAULT_MAPS", "EXIT_FAILED", "EXIT_INTERRUPTED", "EXIT_INVALID", "EXIT_OK", "EXIT_REFUSED",
-    "EXIT_TIMEOUT", "Job", "JobOutcome", "JobRunner", "LocalRunError", "LocalTask", "Loaded", "MARKER_ENV",
+    "EXIT_TIMEOUT", "Job", "JobOutcome", "JobRunner", "LocalRunError", "LocalTask", "LoadedWorkflow", "MARKER_ENV",
     "Options", "Outcome", "ProcessTree", "RetryPolicy", "Supervisor", "TaskResult", "UnresolvedTag",
     "argo_substitute", "build_parser", "kube_command", "kube_container_env", "kube_expand", "load",
     "load_workflow", "local_devices", "loss_value", "main", "parse_duration", "prepare", "prepare_job",
-    "process_table", "summary_lines",
+    "process_table", "outcome_lines",
 ]

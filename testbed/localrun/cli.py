@@ -12,7 +12,7 @@ from torchdag.errors import TorchdagError, report
 from .errors import EXIT_INVALID, EXIT_OK, LocalRunError
 from .load import load
 from .prepare import Job, Options, prepare_job
-from .report import summary_lines
+from .report import outcome_lines
 from .restart import JobRunner
 
 
@@ -117,7 +117,7 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, on_signal)
     outcome = runner.run()
-    for line in summary_lines(outcome):
+    for line in outcome_lines(outcome):
         out.write(f"[localrun] {line}\n")
     out.flush()
     return outcome.code

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from torchdag.errors import TorchdagError
+from torchdag.errors import EXIT_INTERRUPTED, TorchdagError
 
-EXIT_OK, EXIT_FAILED, EXIT_INVALID, EXIT_REFUSED, EXIT_TIMEOUT, EXIT_INTERRUPTED = 0, 1, 2, 3, 124, 130
+EXIT_OK, EXIT_FAILED, EXIT_INVALID, EXIT_REFUSED, EXIT_TIMEOUT = 0, 1, 2, 3, 124
 
 
 def stopped_code(interrupted: bool, timed_out: bool) -> int | None:

@@ -25,7 +25,7 @@ except AttributeError:  # pragma: no cover - PyYAML built without libyaml
 
 
 @dataclass
-class Loaded:
+class LoadedWorkflow:
     doc: dict  # the Workflow or WorkflowTemplate
     source: str  # the file named on the command line
     rendered_here: bool  # True: a values file, rendered by this run
@@ -114,21 +114,21 @@ def select_workflow(docs: list, source: str) -> tuple[dict, list[str]]:
     return runnable[0], [_ignored_note(d) for d in docs if d is not runnable[0]]
 
 
-def load(path: str | Path) -> Loaded:
+def load(path: str | Path) -> LoadedWorkflow:
     """Read a rendered file, or render a values file with render.py's pipeline
     (ValuesError propagates, worded as render.py words it)."""
     source = str(path)
     docs = _documents(read_text(path))
     if docs and any(_is_runnable(d) for d in docs):
         doc, ignored = select_workflow(docs, source)
-        return Loaded(doc, source, False, ignored)
+        return LoadedWorkflow(doc, source, False, ignored)
     if docs and all(_is_object(d) for d in docs):
         select_workflow(docs, source)  # Kubernetes objects, none of them a Workflow: says so
     from torchdag import pipeline  # load, validate, plan, render
 
     rendered = pipeline.build(path)
     doc, ignored = select_workflow(_documents(rendered) or [], f"{source} (rendered)")
-    return Loaded(doc, source, True, ignored)
+    return LoadedWorkflow(doc, source, True, ignored)
 
 
 def load_workflow(path: str | Path) -> dict:

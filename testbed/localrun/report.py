@@ -125,7 +125,7 @@ def _job(job) -> list[str]:
     return lines
 
 
-def summary_lines(outcome) -> list[str]:
+def outcome_lines(outcome) -> list[str]:
     """The summary of an Outcome (one attempt) or a JobOutcome (every attempt)."""
     attempts = getattr(outcome, "attempts", None)
     if attempts is None:

@@ -38,8 +38,8 @@ from testbed.localrun import (
     load_workflow,
     local_devices,
     loss_value,
+    outcome_lines,
     prepare,
-    summary_lines,
 )
 from testbed.localrun import main as localrun_main
 from testbed.localrun.expand import UnresolvedTag, argo_substitute, kube_container_env, kube_expand
@@ -318,7 +318,7 @@ def test_summary_names_the_first_failure():
                       [TaskResult("node-0", pid=1, returncode=1, started=0, ended=3, stopped_by_runner="node-1 failed"),
                                TaskResult("node-1", pid=2, returncode=-9, started=0, ended=2)],
                       first_failure="node-1", elapsed=3)
-    lines = summary_lines(outcome)
+    lines = outcome_lines(outcome)
     assert lines[1].split()[:4] == ["node-0", "stopped", "exit", "1"]
     assert lines[2].split()[:5] == ["node-1", "FAILED", "killed", "by", "SIGKILL"]
     assert lines[3] == "node-1 failed first (killed by SIGKILL after 2.0 s); stopped by the runner: node-0"
@@ -337,7 +337,7 @@ def test_loss_column_is_the_number_alone():
         assert loss_value(line) == number, line
     outcome = Outcome("wf", [TaskResult("node-0", pid=1, returncode=0, started=0, ended=1, last_loss="0.0123")],
                       elapsed=1)
-    assert summary_lines(outcome)[1].endswith("last loss: 0.0123")
+    assert outcome_lines(outcome)[1].endswith("last loss: 0.0123")
 
 
 # ---------------------------------------------------------------- loading: errors, several documents

@@ -7,7 +7,7 @@ import io
 import sys
 import time
 
-from testbed.localrun import Outcome, TaskResult, summary_lines
+from testbed.localrun import Outcome, TaskResult, outcome_lines
 from testbed.localrun.prepare import LocalTask
 from testbed.localrun.supervise import Supervisor
 
@@ -20,7 +20,7 @@ def test_a_task_that_never_started_has_no_run_time():
 def test_the_summary_shows_a_dash_for_a_task_that_never_started():
     outcome = Outcome("wf-x", [TaskResult("node-0", pid=1, returncode=127, started=5.0, ended=5.25),
                                TaskResult("node-1")], first_failure="node-0", elapsed=0.25)
-    lines = summary_lines(outcome)
+    lines = outcome_lines(outcome)
     never = lines[2]
     assert never.split()[:4] == ["node-1", "skipped", "not", "started"], lines
     assert " - " in never and " s " not in never, never
@@ -41,7 +41,7 @@ def test_a_start_that_fails_leaves_the_later_tasks_without_a_run_time(tmp_path):
                             out=out, timeout=30, grace=1.0, bin_dir=str(tmp_path))
     begin = time.monotonic()
     outcome = supervisor.run()
-    lines = summary_lines(outcome)
+    lines = outcome_lines(outcome)
     node_1 = next(line for line in lines if line.strip().startswith("node-1"))
     assert node_1.split()[:4] == ["node-1", "skipped", "not", "started"], lines
     assert f"{time.monotonic() - begin:.1f} s" not in node_1, lines

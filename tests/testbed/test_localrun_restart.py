@@ -20,9 +20,9 @@ from testbed.localrun import (
     Outcome,
     RetryPolicy,
     TaskResult,
+    outcome_lines,
     parse_duration,
     prepare_job,
-    summary_lines,
 )
 from testbed.localrun import main as localrun_main
 from torchdag.pipeline import build
@@ -215,7 +215,7 @@ def test_one_attempt_without_a_restart_left_says_why():
                       first_failure="node-1", elapsed=3)
     job = JobOutcome("wf-x", [attempt], RetryPolicy("train", 0, "Always"), elapsed=3,
                      no_restart="no restarts left (limit 0)")
-    lines = summary_lines(job)
+    lines = outcome_lines(job)
     assert lines[0] == "summary of wf-x (3.0 s):" and lines[3] == "node-1 failed first (exit 1 after 2.0 s)"
     assert lines[-1] == "result: FAILED (exit 1); no restart: no restarts left (limit 0)"
     assert job.code == 1
