@@ -43,9 +43,9 @@ from testbed.cluster import procs  # noqa: E402
 from testbed.cluster.layout import Layout  # noqa: E402
 from testbed.cluster.up import Cluster  # noqa: E402
 from torchdag.catalog import catalog  # noqa: E402
+from torchdag.errors import ValuesError  # noqa: E402
 from torchdag.pipeline import load, validate  # noqa: E402
 from torchdag.plan import make_plan  # noqa: E402
-from torchdag.problems import ValuesError  # noqa: E402
 from torchdag.render import check_documents, json_size, render, status_budget  # noqa: E402
 
 KUBECTL = REPO / ".tools" / "bin" / "kubectl"

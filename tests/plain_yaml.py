@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import yaml
 
-from torchdag.yamldocs import load_documents
+from torchdag.yamlread import load_documents
 
 
 class PlainDumper(yaml.SafeDumper):

@@ -15,7 +15,7 @@ from typing import Any
 
 import yaml
 
-from .problems import Problem
+from .errors import Problem
 
 CATALOG_PATH = Path(__file__).with_name("catalog.yaml")
 

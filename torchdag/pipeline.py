@@ -17,12 +17,11 @@ from pathlib import Path
 from typing import Sequence
 
 from . import catalog
+from .errors import ValuesError
 from .plan import Plan, make_plan
-from .problems import ValuesError
 from .render import render
-from .sources import read_all
 from .validate import validate as problems_of
-from .values import Loaded, coalesce, fill_absent, schema_defaults
+from .values import Loaded, coalesce, fill_absent, read_all, schema_defaults
 
 
 def load(values_paths: str | Path | Sequence[str | Path]) -> Loaded:

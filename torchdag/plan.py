@@ -9,6 +9,11 @@ will hold, so templates/workflow.yaml.j2 only prints them.
 What goes into a container is data (catalog.yaml `container`): this module computes the
 facts those lists are conditioned on and filled from. chart/templates/_plan.tpl is its
 twin: the same facts under the same names, the same catalogue.
+
+The job-wide parts follow (pod volumes, the containers' securityContext, whole-job restarts
+as Argo's retryStrategy, gang scheduling), then the pod network (network.mode: pod): one
+headless Service per run selecting its node pods by a per-run label, each pod named
+node-<rank> in its subdomain, so rank 0 is node-0.<run>.<namespace>.svc.<clusterDomain>.
 """
 
 from __future__ import annotations
@@ -16,8 +21,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .catalog import accelerator, catalog, fill, hccl_exec_timeout, hccl_limit, is_ipv4, items, resource_name
-from .jobparts import container_security, gang, retry_strategy, volumes
-from .network import is_pod, master_address, network_plan, node_depends, rendezvous_wait
 from .yamlout import dollar_escape, quantity, quote
 
 # Argo fills this in a template with a retryStrategy: 0 on the first attempt, then 1, 2...
@@ -341,3 +344,148 @@ def make_plan(values: dict) -> Plan:
         backend_reason=reason,
         world_size=sum(node.devices for node in planned),
     )
+
+
+# --- job-wide parts ---------------------------------------------------------------------------
+
+def volumes(values: dict, mounts_driver: bool) -> list[dict]:
+    out: list[dict] = []
+    if values.get("shmSize"):
+        out.append({"name": catalog()["shmVolume"]["name"],
+                    "emptyDir": {"medium": "Memory", "sizeLimit": quantity(values["shmSize"])}})
+    if mounts_driver:
+        driver = values["ascend"]["driverPath"].rstrip("/")  # the schema's default, or the user's
+        for mount in catalog()["ascendMounts"]:
+            out.append({"name": mount["name"],
+                        "hostPath": {"path": fill(mount["hostPath"], {"driver": driver}), "type": mount["type"]}})
+    for volume in values.get("volumes") or []:
+        if volume.get("hostPath"):
+            host = {"path": volume["hostPath"]["path"]}
+            if volume["hostPath"].get("type"):
+                host["type"] = volume["hostPath"]["type"]
+            out.append({"name": volume["name"], "hostPath": host})
+        else:
+            claim = {"claimName": volume["persistentVolumeClaim"]["claimName"]}
+            if volume.get("readOnly"):
+                claim["readOnly"] = True
+            out.append({"name": volume["name"], "persistentVolumeClaim": claim})
+    return out
+
+
+def container_security(values: dict) -> dict:
+    """The containers' securityContext in print order; empty parts left out."""
+    wanted = values.get("containerSecurity") or {}
+    out: dict = {"allowPrivilegeEscalation": bool(wanted.get("allowPrivilegeEscalation"))}
+    capabilities = {}
+    if wanted.get("dropAllCapabilities"):
+        capabilities["drop"] = ["ALL"]
+    if wanted.get("addCapabilities"):
+        capabilities["add"] = list(wanted["addCapabilities"])
+    if capabilities:
+        out["capabilities"] = capabilities
+    if wanted.get("seccompProfile"):
+        out["seccompProfile"] = wanted["seccompProfile"]
+    return out
+
+
+def retry_strategy(values: dict) -> dict | None:
+    """Whole-job restarts: Argo retries the `train` DAG as a whole when any task fails or
+    its pod is lost (retryPolicy Always covers both), so every node starts again."""
+    policy = values.get("failurePolicy") or {}
+    limit = int(policy.get("maxRestarts") or 0)
+    if not limit:
+        return None
+    backoff = {"duration": f"{int(policy['backoffSeconds'])}s", "factor": "2"}
+    if not (values.get("timeouts") or {}).get("workflowDeadline"):
+        # No deadline bounds the doubling waits: Argo's cap does (catalogue restartBackoffCapSeconds).
+        backoff["cap"] = f"{max(int(catalog()['restartBackoffCapSeconds']), int(policy['backoffSeconds']))}s"
+    return {"limit": str(limit), "retryPolicy": "Always", "backoff": backoff}
+
+
+# The gang's name: one per Workflow run (a retried DAG keeps it).
+GANG_NAME = "{{workflow.name}}"
+
+
+def gang(values: dict, nodes: list) -> dict | None:
+    """What every training pod carries to join the job's one gang, and the PodGroup
+    manifest (lines of YAML) the Workflow creates before the pods, if the scheduler has one
+    (catalogue `gangs`)."""
+    scheduling = values["scheduling"]
+    if scheduling["gang"] == "none":
+        return None
+    entry = catalog()["gangs"][scheduling["gang"]]
+    fields = {"group": GANG_NAME, "count": str(len(nodes)), "queue": scheduling["queue"] or ""}
+    watch = [*scheduling["watchCommand"], f"--workflow={GANG_NAME}", "--namespace={{workflow.namespace}}",
+             f"--pods={len(nodes)}", f"--timeout={int(scheduling['timeout'])}"]
+    gang = {
+        "kind": scheduling["gang"],
+        "scheduler_name": scheduling["schedulerName"] or entry["schedulerName"],
+        "labels": [(key, fill(value, fields)) for key, value in sorted(entry["podLabels"].items())],
+        "annotations": [(key, fill(value, fields)) for key, value in sorted(entry["podAnnotations"].items())],
+        "watch": [dollar_escape(word) for word in watch],
+        "manifest": None,
+        "role_annotation": entry.get("roleAnnotation"),  # printed with each template's name
+    }
+    group = entry["podGroup"]
+    if group:
+        # The watch deletes it when it stops the job: it lives as long as the Workflow and
+        # may hold queue capacity otherwise.
+        gang["watch"].append(f"--podgroup={group['apiVersion']}/{group['resource']}/{GANG_NAME}")
+        priority = values["workflow"]["priorityClassName"]
+        facts = {"count": str(len(nodes)), "timeout": str(int(scheduling["timeout"])),
+                 "queue": quote(scheduling["queue"]) if scheduling["queue"] else "",
+                 "priorityClassName": quote(priority) if priority else ""}
+        spec = [f"{key}: {value}" for key, value in items(group["spec"], facts)]
+        totals: dict[str, int] = {}
+        for node in nodes if group["minResources"] else []:
+            name = resource_name(node.accelerator, values)
+            if name:
+                totals[name] = totals.get(name, 0) + node.devices
+        if totals:
+            spec += ["minResources:",
+                     *[f"  {quote(name)}: {quote(str(count))}" for name, count in sorted(totals.items())]]
+        gang["manifest"] = [f"apiVersion: {quote(group['apiVersion'])}", 'kind: "PodGroup"', "metadata:",
+                            f"  name: {quote(GANG_NAME)}", "spec:", *[f"  {line}" for line in spec]]
+    return gang
+
+
+# --- the pod network ---------------------------------------------------------------------------
+
+def is_pod(values: dict) -> bool:
+    """network.mode when set, else the older hostNetwork key (false means pod)."""
+    mode = (values.get("network") or {}).get("mode")
+    return mode == "pod" or (not mode and values.get("hostNetwork") is False)
+
+
+def master_address(values: dict) -> str:
+    """Rank 0's DNS name, with Argo's placeholders for the run and its namespace."""
+    entry = catalog()["network"]
+    return fill(entry["masterAddress"], {"run": entry["run"], "clusterDomain": values["network"]["clusterDomain"]})
+
+
+def rendezvous_wait(values: dict) -> str:
+    """How long preflight waits for the master's name and port: torchrun's own rendezvous
+    bound (timeouts.rendezvous, or torchrun's default when that is null)."""
+    return str(int(values["timeouts"]["rendezvous"] or catalog()["network"]["rendezvousDefault"]))
+
+
+def network_plan(values: dict) -> dict | None:
+    """What the templates print for the pod network, or None on the host network: the run
+    label of every node pod, the pod spec patch (hostname, subdomain) and the Service."""
+    if not is_pod(values):
+        return None
+    entry = catalog()["network"]
+    facts = {"run": entry["run"], "runLabel": entry["runLabel"], "port": str(int(values["port"])),
+             "job": quote(values["name"])}
+    return {
+        "run": entry["run"],
+        "label": (entry["runLabel"], entry["run"]),
+        "patch": items(entry["podSpecPatch"], facts),
+        "manifest": items(entry["service"], facts),
+    }
+
+
+def node_depends(gang: dict | None, network: dict | None) -> str:
+    """The DAG tasks every node task waits for: the gang's PodGroup and the run's Service."""
+    tasks = (["gang"] if gang and gang["manifest"] else []) + ([catalog()["network"]["task"]] if network else [])
+    return " && ".join(tasks)

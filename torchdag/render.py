@@ -13,9 +13,8 @@ import yaml
 
 from . import TEMPLATES_DIR
 from .catalog import catalog, fill
-from .errors import InternalBug
+from .errors import InternalBug, Problem, ValuesError
 from .plan import Plan
-from .problems import Problem, ValuesError
 from .summary import summary_comment
 from .yamlout import quote, sorted_items, toleration
 

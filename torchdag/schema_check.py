@@ -14,7 +14,7 @@ import jsonschema
 import yaml
 
 from .catalog import fill
-from .problems import Problem
+from .errors import Problem
 from .values import load_schema
 
 

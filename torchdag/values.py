@@ -4,7 +4,9 @@ lay it over the schema's defaults the way Helm does.
 render.py and the Helm chart must see the same values, so the defaults come from one
 place (the `default` keywords of schema/values.schema.json, which chart/values.yaml is
 generated from) and are merged with Helm's rules: maps merge key by key, lists and
-scalars replace, and a user `null` removes a default.
+scalars replace, and a user `null` removes a default. Several files (`-f`) are read and
+merged in order the same way (read_all), each problem reported in the file its field's
+merged value came from (blame).
 """
 
 from __future__ import annotations
@@ -16,14 +18,13 @@ import math
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import yaml
 
 from . import SCHEMA_PATH
-from .problems import Problem, ValuesError
-from .yamldocs import load_documents
-from .yamlread import MAX_DEPTH, GraphProblem, OddKey, RefusedTag, yaml_problem
+from .errors import Problem, ValuesError
+from .yamlread import MAX_DEPTH, GraphProblem, OddKey, RefusedTag, load_documents, yaml_problem
 
 # The largest integer a float64 (Helm's numbers, JSON's in practice) holds with its neighbours.
 MAX_SAFE_INTEGER = 2**53 - 1
@@ -212,3 +213,49 @@ def load_values(path: str | Path) -> tuple[dict, str]:
     """Read a values file. Returns (user values, the name used in error messages)."""
     loaded = read(path)
     return loaded.values, loaded.source
+
+
+# --- several values files (`render.py base.yaml -f site.yaml`), merged as Helm merges its -f files
+
+def read_all(paths: Sequence[str | Path]) -> Loaded:
+    """Read every file (the first one that cannot be read or parsed is reported), then merge."""
+    files = [read(path) for path in paths]
+    if len(files) == 1:
+        return files[0]
+    merged = functools.reduce(merge_maps, (each.values for each in files))
+    _, too_big = number_problems(merged)
+    named = [(each.source, each.values) for each in files]
+    return Loaded(merged, " + ".join(each.source for each in files), too_big,
+                  lambda path, cause=None: blame(named, path, cause))
+
+
+def _step(value: Any, part: Any) -> tuple[bool, Any]:
+    if isinstance(value, dict) and part in value:
+        return True, value[part]
+    if isinstance(value, list) and isinstance(part, int) and 0 <= part < len(value):
+        return True, value[part]
+    return False, None
+
+
+def blame(files: list[tuple[str, Any]], path: tuple, cause: tuple | None = None) -> str:
+    """The file a field's merged value came from, as merge_maps builds it: at each step of
+    the path the last file that has the key decides, and where its value and earlier files'
+    are mappings they merged, so those files stay candidates for the rest of the path. A key
+    no file sets is reported in the last file that reaches its parent (the first file for a
+    top-level one), unless a rule asks for it because of another field, `cause`
+    (executorServiceAccountName for automountServiceAccountToken: false): then in that one's."""
+    candidates, owner = list(files), files[0][0]
+    for depth, part in enumerate(path):
+        present = [(name, found[1]) for name, value in candidates if (found := _step(value, part))[0]]
+        if not present:
+            if cause and depth == 0:
+                return blame(files, cause)
+            break
+        owner = present[-1][0]
+        merged = []
+        for name, value in reversed(present):  # the mappings the last one was merged with
+            if not isinstance(value, dict):
+                break
+            merged.insert(0, (name, value))
+        candidates = merged or present[-1:]
+    return owner

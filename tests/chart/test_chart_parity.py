@@ -318,8 +318,8 @@ def test_null_without_meaning_is_refused_by_both(helm, line, tmp_path):
                                                                                              "") + line + "\n",
                                                                                              encoding="utf-8")
     field = line.split(":")[0] if "{" not in line else "launcher.type"
+    from torchdag.errors import ValuesError
     from torchdag.pipeline import build
-    from torchdag.problems import ValuesError
 
     with pytest.raises(ValuesError, match=f"{re.escape(field)}: is null"):
         build(path)

@@ -11,7 +11,7 @@ import pytest
 from helpers import EXAMPLE, REPO
 from testbed.localrun.errors import LocalRunError
 from torchdag import cli, errors, pipeline
-from torchdag.problems import ValuesError
+from torchdag.errors import ValuesError
 from torchdag.render import RenderBug, TooLarge
 
 

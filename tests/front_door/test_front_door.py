@@ -23,7 +23,7 @@ from cli_helpers import BASE, REPO, one_line, render_py, write
 from helpers import parse_values
 from test_render_fuzz import FAST, LIMIT_S, bomb, hazards, nested, with_hazard  # the strategies, not its tests
 from torchdag import cli, pipeline
-from torchdag.problems import ValuesError
+from torchdag.errors import ValuesError
 from torchdag.yamlread import go_number
 
 # The limits docs/values.md promises, written out (not imported from the code under test).

@@ -14,7 +14,7 @@ from chart_helpers import helm_template, spec_text
 from cli_helpers import BASE, REPO, render_py, write
 from torchdag import cli
 from torchdag.pipeline import build
-from torchdag.sources import blame
+from torchdag.values import blame
 
 SITE = "port: 29400\nenv: {SITE: b}\nnodes:\n  - {name: 10.1.0.1, nic: eth0, master: true}\n  - {name: 10.1.0.2}\n"
 

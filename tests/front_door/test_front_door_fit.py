@@ -52,8 +52,8 @@ def test_a_numeric_address_is_accepted_exactly_when_python_reads_it_as_ipv4(addr
     """Python's ipaddress (strict: no leading zeros, four parts) is the oracle for the schema's rule."""
     import ipaddress
 
+    from torchdag.errors import ValuesError
     from torchdag.pipeline import valid_values
-    from torchdag.problems import ValuesError
 
     try:
         ipaddress.IPv4Address(address)

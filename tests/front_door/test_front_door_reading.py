@@ -21,8 +21,8 @@ from chart_helpers import helm_template
 from cli_helpers import BASE
 from helpers import parse_values
 from torchdag.cli import main
+from torchdag.errors import ValuesError
 from torchdag.pipeline import valid_values
-from torchdag.problems import ValuesError
 
 MINIMAL = "name: t\nimage: i\nscript: /t.py\nnodes: [{name: a}]\n"
 
@@ -68,7 +68,7 @@ def test_a_null_key_is_refused_by_both(helm, tmp_path, capsys):
 
 
 def test_the_key_messages_say_what_helm_would_read():
-    from torchdag.problems import ValuesError
+    from torchdag.errors import ValuesError
 
     with pytest.raises(ValuesError) as caught:
         parse_values("env: {Y: a, 010: b, 0x1F: c}\n", "v")
@@ -161,7 +161,7 @@ def test_render_py_refuses_what_helm_would_skip(helm, text, fragment, tmp_path, 
 
 def test_aliases_share_one_budget_across_documents():
     """Documents cannot dodge the alias limit by each staying under it."""
-    from torchdag.problems import ValuesError
+    from torchdag.errors import ValuesError
 
     document = "a: &a [" + ", ".join(["x"] * 100) + "]\nb: [" + ", ".join(["*a"] * 100) + "]\n"
     parse_values(document, "v")  # 10,000 copies: fine alone

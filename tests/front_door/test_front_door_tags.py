@@ -10,9 +10,9 @@ import pytest
 
 from chart_helpers import argo_document, helm_template
 from cli_helpers import BASE, one_line, render_py, write
+from helpers import parse_values
 from torchdag import pipeline
-from torchdag.problems import ValuesError
-from torchdag.values import parse_values
+from torchdag.errors import ValuesError
 
 WITHOUT = BASE.replace("port: 25195\n", "").replace('args: ["--type", "example"]\n', "")
 

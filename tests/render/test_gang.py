@@ -14,8 +14,8 @@ import yaml
 from argo_helpers import task_pods, validate_argo, validate_kubernetes
 from chart_helpers import documents, helm_template
 from helpers import REPO
+from torchdag.errors import ValuesError
 from torchdag.pipeline import build
-from torchdag.problems import ValuesError
 
 CASES = {kind: REPO / "tests" / "cases" / f"gang-{kind}.yaml" for kind in ("volcano", "kueue", "coscheduling")}
 GROUP = "{{workflow.name}}"  # one gang per run

@@ -19,9 +19,9 @@ from golden import golden_pairs
 from helpers import REPO
 from torchdag.catalog import catalog
 from torchdag.cli import main
-from torchdag.network import is_pod
+from torchdag.errors import ValuesError
 from torchdag.pipeline import build, valid_values
-from torchdag.problems import ValuesError
+from torchdag.plan import is_pod
 
 RENDER_PY = [sys.executable, str(REPO / "render.py")]
 

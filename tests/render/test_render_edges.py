@@ -18,8 +18,8 @@ import yaml
 from argo_helpers import container_process, task_pods
 from bad_cases import BASE
 from chart_helpers import argo_document, helm_template
+from torchdag.errors import ValuesError
 from torchdag.pipeline import build
-from torchdag.problems import ValuesError
 
 ARG_LIMIT = 131_071  # bytes of one argument or one NAME=value environment string
 KUBERNETES_ANNOTATIONS = 262_144  # bytes of all annotations of one object, keys and values

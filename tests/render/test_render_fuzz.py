@@ -46,8 +46,8 @@ from hypothesis import strategies as st
 from argo_helpers import validate_argo
 from bad_cases import BASE
 from torchdag.cli import main
+from torchdag.errors import ValuesError, format_path
 from torchdag.pipeline import build
-from torchdag.problems import ValuesError, format_path
 from torchdag.values import load_schema
 
 LIMIT_S = 10

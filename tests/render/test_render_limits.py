@@ -10,8 +10,8 @@ import yaml
 
 from argo_helpers import task_pods, validate_kubernetes
 from helpers import REPO
+from torchdag.errors import ValuesError
 from torchdag.pipeline import build
-from torchdag.problems import ValuesError
 
 
 def render_doc(path):

@@ -12,8 +12,8 @@ import yaml
 
 from helpers import REPO
 from torchdag.catalog import catalog
+from torchdag.errors import ValuesError
 from torchdag.pipeline import build
-from torchdag.problems import ValuesError
 from torchdag.render import check_documents, json_size
 
 sys.path.insert(0, str(REPO / "bench"))
