@@ -3,11 +3,11 @@
     load      torchdag/values.py (YAML as Helm reads it: torchdag/yamlread.py)
     validate  the values laid over the schema's defaults, then torchdag/validate.py: every
               problem of the file in one round, one ValuesError (exit status 2)
-    plan      torchdag/plan.py (and torchdag/jobparts.py)
+    plan      torchdag/plan.py
     render    torchdag/render.py (templates/workflow.yaml.j2), parsed back and size-checked
 
 Writing is the caller's (torchdag/output.py): nothing is written unless every phase passed.
-render.py, `torchdag render/check/smoke` and the local runner all come through `run`.
+render.py, `torchdag render/check` and the test bed's local runner all come through `run`.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from .values import Loaded, coalesce, fill_absent, read_all, schema_defaults
 
 
 def load(values_paths: str | Path | Sequence[str | Path]) -> Loaded:
-    """One values file, or several merged as Helm merges its -f files (torchdag/sources.py)."""
+    """One values file, or several merged as Helm merges its -f files (values.read_all)."""
     return read_all([values_paths] if isinstance(values_paths, (str, Path)) else values_paths)
 
 

@@ -88,7 +88,7 @@ class Plan:
     volumes: list[dict]  # the pod volumes, in print order
     retry: dict | None  # the train DAG's retryStrategy (failurePolicy), or None
     gang: dict | None  # gang scheduling (scheduling.gang): pod fields and the PodGroup manifest, or None
-    network: dict | None  # the pod network (torchdag/network.py), or None on the host network
+    network: dict | None  # the pod network (network_plan below), or None on the host network
     depends: str  # what every node task waits for ("" for nothing)
     loops: list[NodeLoop] | None  # the nodes' loop tasks past argoFullCrdMaxItems tasks; None: a task per node
     master_address: str  # --master_addr: the master's host address, or its DNS name on the pod network

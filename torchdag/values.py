@@ -209,12 +209,6 @@ def read(path: str | Path) -> Loaded:
     return parse(text, source)
 
 
-def load_values(path: str | Path) -> tuple[dict, str]:
-    """Read a values file. Returns (user values, the name used in error messages)."""
-    loaded = read(path)
-    return loaded.values, loaded.source
-
-
 # --- several values files (`render.py base.yaml -f site.yaml`), merged as Helm merges its -f files
 
 def read_all(paths: Sequence[str | Path]) -> Loaded:

@@ -126,7 +126,7 @@ names. Usage: include "torchdag.plan" (dict "root" $ "plan" $plan)
 {{- $_ := set $shape "name" (ternary (printf "%s-%d" $name (int (get $taken $name))) $name (gt (int (get $taken $name)) 1)) -}}
 {{- end -}}
 
-{{- /* jobparts.volumes */ -}}
+{{- /* plan.volumes */ -}}
 {{- $volumes := list -}}
 {{- if $v.shmSize }}{{ $volumes = append $volumes (dict "name" $cat.shmVolume.name "emptyDir" (dict "medium" "Memory" "sizeLimit" (include "torchdag.quantity" $v.shmSize))) }}{{ end -}}
 {{- if $mountsDriver -}}
@@ -141,7 +141,7 @@ names. Usage: include "torchdag.plan" (dict "root" $ "plan" $plan)
 {{- end -}}
 {{- end -}}
 
-{{- /* jobparts.retry_strategy: whole-job restarts */ -}}
+{{- /* plan.retry_strategy: whole-job restarts */ -}}
 {{- if $restarts }}{{ $_ := set $plan "retry" (dict "limit" (toString $restarts) "retryPolicy" "Always" "backoff" (dict "duration" (printf "%ds" (int64 $v.failurePolicy.backoffSeconds)) "factor" "2")) }}{{ end -}}
 {{- if and $restarts (not $v.timeouts.workflowDeadline) }}{{ $_ := set $plan.retry.backoff "cap" (printf "%ds" (max (int64 $cat.restartBackoffCapSeconds) (int64 $v.failurePolicy.backoffSeconds))) }}{{ end -}}
 {{- include "torchdag.gang" (dict "plan" $plan "values" $v "catalog" $cat "nodes" $planned) -}}
@@ -179,7 +179,7 @@ names. Usage: include "torchdag.plan" (dict "root" $ "plan" $plan)
 {{- end -}}
 {{- $_ := set $plan "loops" $loops }}{{ end -}}
 
-{{- /* jobparts.container_security */ -}}
+{{- /* plan.container_security */ -}}
 {{- $wanted := $v.containerSecurity -}}
 {{- $security := dict "allowPrivilegeEscalation" (eq (toString $wanted.allowPrivilegeEscalation) "true") -}}
 {{- $capabilities := dict -}}
@@ -196,7 +196,7 @@ names. Usage: include "torchdag.plan" (dict "root" $ "plan" $plan)
 {{- end -}}
 {{- end -}}
 
-{{/* jobparts.gang: what every training pod carries to join the one gang, and the PodGroup manifest. */}}
+{{/* plan.gang: what every training pod carries to join the one gang, and the PodGroup manifest. */}}
 {{- define "torchdag.gang" -}}
 {{- $v := .values -}}
 {{- $scheduling := $v.scheduling -}}

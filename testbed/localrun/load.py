@@ -38,13 +38,13 @@ class LoadedWorkflow:
 
 def read_text(path: str | Path) -> str:
     """The file's text. Not found, a folder, not UTF-8, unreadable: the ValuesError
-    render.py raises (`FILE: (top level): no such file`), through the same load_values."""
+    render.py raises (`FILE: (top level): no such file`), through the same values.read."""
     try:
         return Path(path).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError):
-        from torchdag.values import load_values
+        from torchdag.values import read
 
-        load_values(path)  # raises ValuesError, worded exactly as for render.py
+        read(path)  # raises ValuesError, worded exactly as for render.py
         raise  # pragma: no cover - it became readable in between
 
 
