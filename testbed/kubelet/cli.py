@@ -10,8 +10,7 @@ import time
 from pathlib import Path
 
 from ..kube import Kube
-from ..localrun.cli import _parse_map
-from ..localrun.mapping import CHECKOUT
+from ..localrun.mapping import CHECKOUT, parse_map
 from ..localrun.prepare import Options
 from .kubelet import Kubelet, Recorder
 from .sandbox import can_mount
@@ -31,7 +30,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--state-dir", default=None,
                    help="pods' files and logs/<namespace>/<pod>/<container>.log "
                         "(default: the kubeconfig's folder, e.g. .cluster)")
-    p.add_argument("--map", dest="maps", action="append", default=[], type=_parse_map, metavar="SRC=DST",
+    p.add_argument("--map", dest="maps", action="append", default=[], type=parse_map, metavar="SRC=DST",
                    help="map an image path prefix to DST (repeatable; /opt/torchdag=<this checkout> is always last)")
     p.add_argument("--cpu", action="store_true",
                    help="as `make smoke --cpu`: GPU/NPU pods train on CPU (gloo, no set_env wrapper), said in the log")

@@ -11,16 +11,10 @@ from torchdag.errors import TorchdagError, report
 
 from .errors import EXIT_INVALID, EXIT_OK, LocalRunError
 from .load import load
+from .mapping import parse_map
 from .prepare import Job, Options, prepare_job
 from .report import outcome_lines
 from .restart import JobRunner
-
-
-def _parse_map(text: str) -> tuple[str, str]:
-    src, sep, dst = text.partition("=")
-    if not sep or not src.startswith("/") or not dst:
-        raise argparse.ArgumentTypeError(f"{text!r}: expected SRC=DST with an absolute SRC, e.g. /opt/torchdag=.")
-    return src, dst
 
 
 def _non_negative(text: str) -> float:
@@ -39,7 +33,7 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
         description="Run a torchdag values file's rendered Workflow DAG as local processes (see docs/smoke.md).",
     )
     parser.add_argument("values", help="values file (rendered here) or a file render.py wrote (its Workflow is run)")
-    parser.add_argument("--map", dest="maps", action="append", default=[], type=_parse_map, metavar="SRC=DST",
+    parser.add_argument("--map", dest="maps", action="append", default=[], type=parse_map, metavar="SRC=DST",
                         help="map an image path prefix that does not exist here to DST (repeatable; "
                              "/opt/torchdag=<this checkout> is always last)")
     parser.add_argument("--cpu", action="store_true",

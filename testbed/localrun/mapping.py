@@ -7,6 +7,7 @@ rendezvous port (`--port`) and, with `--cpu`, GPU/NPU nodes onto CPU.
 
 from __future__ import annotations
 
+import argparse
 import os
 import re
 from pathlib import Path
@@ -210,3 +211,11 @@ def localize(command: list[str], args: list[str], env_list: list[tuple[str, str]
     names = dict(env_list)
     env_out = [(k, env_map[k]) for k in names] + [(k, v) for k, v in env_map.items() if k not in names]
     return mapped, env_out, cwd, device
+
+
+def parse_map(text: str) -> tuple[str, str]:
+    """`--map SRC=DST` (the local runner's and the process kubelet's option): the pair, or argparse's error."""
+    src, sep, dst = text.partition("=")
+    if not sep or not src.startswith("/") or not dst:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected SRC=DST with an absolute SRC, e.g. /opt/torchdag=.")
+    return src, dst

@@ -82,7 +82,7 @@ class Job:
         """The tasks of restart n (`{{retries}}` = n); restart 0 is self.tasks."""
         if restart == 0:
             return self.tasks
-        return _prepare_tasks(self.doc, self.options, workflow_scope(self.doc, self.options, self.workflow), restart)
+        return prepare_tasks(self.doc, self.options, workflow_scope(self.doc, self.options, self.workflow), restart)
 
 
 def workflow_scope(doc: dict, options: Options, name: str | None = None) -> dict[str, str]:
@@ -162,7 +162,7 @@ def _prepare_task(task: dict, template: dict, dag_scope: dict[str, str], options
     return local
 
 
-def _prepare_tasks(doc: dict, options: Options, scope: dict[str, str], restart: int) -> list[LocalTask]:
+def prepare_tasks(doc: dict, options: Options, scope: dict[str, str], restart: int) -> list[LocalTask]:
     entry, dag, templates = _dag(doc)
     dag_scope = dict(scope)
     if entry.get("retryStrategy"):  # Argo puts the retry count in the retried template's scope
@@ -252,7 +252,7 @@ def prepare_job(doc: dict, options: Options) -> Job:
     entry, _, _ = _dag(doc)
     retry = retry_policy(doc, entry)
     scope = workflow_scope(doc, options)
-    tasks = _prepare_tasks(doc, options, scope, 0)
+    tasks = prepare_tasks(doc, options, scope, 0)
     problems = ([] if options.cpu else device_problems(tasks)) + missing_scripts(tasks)
     if problems:
         raise LocalRunError("\n".join(problems))

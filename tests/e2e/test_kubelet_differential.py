@@ -17,7 +17,7 @@ from kubelet_cluster_helpers import KubeletProcess, delete_nodes, kubeconfig_for
 from helpers import EXAMPLES
 from testbed.kube import Kube
 from testbed.localrun.load import load_workflow
-from testbed.localrun.prepare import Options, _prepare_tasks, workflow_scope
+from testbed.localrun.prepare import Options, prepare_tasks, workflow_scope
 
 pytestmark = [pytest.mark.go, pytest.mark.e2e]
 MAPS = [("/code", "/srv/code"), ("/workspace", "/srv/ws")]
@@ -104,7 +104,7 @@ def test_kubelet_under_argo_starts_what_smoke_starts(example, request, tmp_path)
             kube.request("DELETE", f"/api/v1/persistentvolumes/{pv}")
 
     options = Options(workflow_name=name, cpu=True, maps=list(MAPS))
-    smoke = {t.name: t for t in _prepare_tasks(doc, options, workflow_scope(doc, options), 0)}
+    smoke = {t.name: t for t in prepare_tasks(doc, options, workflow_scope(doc, options), 0)}
     entries = [json.loads(line) for line in record.read_text().splitlines()]
     assert not [e for e in entries if "error" in e], entries
     seen = set()

@@ -14,7 +14,7 @@ from testbed.kubelet.sandbox import mount_order
 from testbed.kubelet.translate import PodContext, PodError, plan_container, plan_pod, unwrap_emissary
 from testbed.localrun.load import load_workflow
 from testbed.localrun.mapping import CHECKOUT
-from testbed.localrun.prepare import Options, _prepare_tasks, gang_task, workflow_scope
+from testbed.localrun.prepare import Options, gang_task, prepare_tasks, workflow_scope
 
 WORKFLOW = "local-smoke-abcde"
 
@@ -66,7 +66,7 @@ def test_same_process_as_make_smoke(doc, task):
     equals what `make smoke --cpu` starts for the task, but for the variables only a pod
     has (Argo's own, the API server's Service)."""
     options = Options(workflow_name=WORKFLOW, cpu=True, maps=[("/code", "/srv/code"), ("/workspace", "/srv/ws")])
-    smoke = next(t for t in _prepare_tasks(doc, options, workflow_scope(doc, options), 0) if t.name == task)
+    smoke = next(t for t in prepare_tasks(doc, options, workflow_scope(doc, options), 0) if t.name == task)
     pod = argo_pod(doc, task)
     main = next(m for m in plan_pod(pod, context(options=options))[1] if m.name == "main")
     assert main.argv == smoke.argv
