@@ -11,12 +11,11 @@ from pathlib import Path
 import network_strategy
 import pytest
 import yaml
-from fit_cases import fit_values
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from plain_yaml import MixedDumper
 
-from bad_cases import BAD_CASES
+from bad_cases import BAD_CASES, fit_values
 from chart_helpers import REPO, VALUES_FILES, assert_same_workflow, helm_spellings, helm_template
 from torchdag.catalog import accelerator, accelerator_kinds, builtin_volumes, catalog, hccl_limit, reserved_env
 from torchdag.validate import quantity_value
@@ -271,7 +270,7 @@ def values_strategy(draw) -> dict:
         scheduling.pop("queue", None)  # nothing would read it (refusal tested in test_scheduling_keys.py)
     kubernetes_valid(values)
     network_strategy.fit(values)
-    return fit_values(values)  # ports, timeouts and restarts that can work (refusals: tests/fit_cases.py)
+    return fit_values(values)  # ports, timeouts and restarts that can work (refusals: FIT_CASES in tests/bad_cases.py)
 
 
 def kubernetes_valid(values: dict) -> None:

@@ -1,13 +1,13 @@
 """Issue 18 (the front door, round 3), items 8-11: what both renderers refuse, one line
 naming the field (render.py) or an error at the field (helm), and what both accept the same
-way. The cases are in tests/fit_cases.py."""
+way. The cases are FIT_CASES in tests/bad_cases.py."""
 
 from __future__ import annotations
 
 import pytest
-from fit_cases import FIT_CASES
 from test_chart_parity import assert_same_workflow  # the comparison, not its tests
 
+from bad_cases import FIT_CASES
 from chart_helpers import argo_document, documents, helm_spellings, helm_template
 from torchdag.cli import main
 
