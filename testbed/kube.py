@@ -20,6 +20,18 @@ MERGE = "application/merge-patch+json"
 STRATEGIC = "application/strategic-merge-patch+json"
 
 
+def api_message(err: Exception) -> str:
+    """One line: the API server's own message for a refused request (its Status body), else the error's first line."""
+    if isinstance(err, ApiException):
+        try:
+            message = json.loads(err.body or "{}").get("message")
+        except (ValueError, AttributeError):
+            message = None
+        if message:
+            return f"({err.status}) {message}"
+    return str(err).splitlines()[0] if str(err) else type(err).__name__
+
+
 class Kube:
     def __init__(self, kubeconfig: str):
         self.client = config.new_client_from_config(config_file=kubeconfig)

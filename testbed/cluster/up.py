@@ -75,6 +75,8 @@ def argv(layout: Layout, component: str, port: dict[str, int]) -> list[str]:
             # the process kubelet can check it against ca.crt.
             f"--kubelet-client-certificate={pki / 'apiserver-kubelet-client.crt'}",
             f"--kubelet-client-key={pki / 'apiserver-kubelet-client.key'}",
+            # The process kubelet serves its API on localhost (its Nodes' InternalDNS address).
+            "--kubelet-preferred-address-types=InternalDNS,InternalIP,Hostname,ExternalDNS,ExternalIP",
             # Fills the requestheader part of kube-system/extension-apiserver-authentication, which
             # the scheduler's and controller manager's delegated authentication read (else they log
             # an error every 20 s); no front-proxy client certificate is ever issued.

@@ -13,6 +13,7 @@ from ..kube import Kube
 from ..localrun.mapping import CHECKOUT, parse_map
 from ..localrun.prepare import Options
 from .kubelet import Kubelet, Recorder
+from .logs import LogServer
 from .sandbox import can_mount
 from .workflows import WorkflowWatch
 
@@ -31,7 +32,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="pods' files and logs/<namespace>/<pod>/<container>.log "
                         "(default: the kubeconfig's folder, e.g. .cluster)")
     p.add_argument("--map", dest="maps", action="append", default=[], type=parse_map, metavar="SRC=DST",
-                   help="map an image path prefix to DST (repeatable; /opt/torchdag=<this checkout> is always last)")
+                   help="map an image path prefix to DST (repeatable; /opt/torchdag=<this checkout> is always last, "
+                        "unless --no-checkout-map)")
+    p.add_argument("--no-checkout-map", action="store_true",
+                   help="do not map /opt/torchdag onto this checkout: a pod runs only what its Workflow and --map give")
     p.add_argument("--cpu", action="store_true",
                    help="as `make smoke --cpu`: GPU/NPU pods train on CPU (gloo, no set_env wrapper), said in the log")
     p.add_argument("--keep-addresses", action="store_true",
@@ -48,6 +52,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "JSON lines) to FILE")
     p.add_argument("--no-exec-seconds", type=float, default=0.0, metavar="S",
                    help="with --no-exec: seconds between Running and Succeeded (default 0)")
+    p.add_argument("--serve-port", type=int, default=0, metavar="PORT",
+                   help="the kubelet API (container logs for kubectl logs) on 127.0.0.1:PORT (default: any free "
+                        "port, published in each Node's status)")
     p.add_argument("--lease-every", type=float, default=10.0, metavar="S",
                    help="renew every Node's Lease each S seconds (kubelet: 10)")
     return p
@@ -71,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: no Nodes to serve ({args.nodes or args.selector!r})", file=sys.stderr)
         return 2
     state_dir = Path(args.state_dir) if args.state_dir else Path(args.kubeconfig).resolve().parent
-    options = Options(maps=list(args.maps), cpu=args.cpu)
+    options = Options(maps=list(args.maps), cpu=args.cpu, checkout_map=not args.no_checkout_map)
     if args.keep_addresses:
         options.address, options.nic = None, None
     argoexec = args.argoexec if Path(args.argoexec).exists() else None
@@ -83,6 +90,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: no such Node: {', '.join(missing)} (register them first: make cluster-nodes)", file=sys.stderr)
         return 2
     say = kubelet.say
+    if api.cfg.ssl_ca_cert:  # the API server's client certificate is checked against the cluster's CA
+        server = LogServer(kubelet.log_path, kubelet.pod_running, api.cfg.ssl_ca_cert, state_dir / "kubelet-pki",
+                           args.serve_port)
+        server.start()
+        kubelet.keeper.serving_port = server.port
+        say(f"kubelet API (container logs) on https://127.0.0.1:{server.port}")
     say(f"serving {len(nodes)} node(s): {', '.join(nodes[:8])}{' ...' if len(nodes) > 8 else ''}; "
         f"API server {api.cfg.host}; logs in {kubelet.logs_dir}")
     if args.no_exec:
@@ -92,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
             "addresses -> 127.0.0.1, NICs -> lo" if not args.keep_addresses else "addresses and NICs as rendered",
             "GPU/NPU pods on CPU (gloo, TORCHDAG_DEVICE=cpu, no set_env wrapper)" if args.cpu
             else "GPU/NPU pods need the devices here",
-            f"/opt/torchdag -> {CHECKOUT}",
+            f"/opt/torchdag -> {CHECKOUT}" if not args.no_checkout_map else "/opt/torchdag not mapped",
             f"Argo's wait sidecar: {args.wait}",
             f"argoexec: {argoexec or 'not built (argoexec pods fail to start)'}",
             "per-pod mounts (unshare --mount)" if can_mount() else "not root: no per-pod mounts"]))

@@ -17,6 +17,7 @@ from ..kube import Kube
 from ..localrun.prepare import Options
 from .nodes import NodeKeeper
 from .pods import PodWorker
+from .sandbox import remove_made_folders
 from .translate import PodContext
 
 TERMINAL = ("Succeeded", "Failed")
@@ -73,6 +74,11 @@ class Kubelet:
 
     def log_path(self, namespace: str, pod: str, container: str) -> Path:
         return self.logs_dir / namespace / pod / f"{container}.log"
+
+    def pod_running(self, namespace: str, name: str) -> bool:
+        """Whether a pod of that name still has processes here (a followed log goes on)."""
+        with self.lock:
+            return any(w.key == f"{namespace}/{name}" and not w.done.is_set() for w in self.workers.values())
 
     def context_for(self, pod: dict) -> PodContext:
         node = pod["spec"]["nodeName"]
@@ -228,4 +234,6 @@ class Kubelet:
         deadline = time.monotonic() + grace + 3
         for worker in self.running_workers():
             worker.done.wait(max(0.0, deadline - time.monotonic()))
+        if not self.running_workers():
+            remove_made_folders()  # /opt/torchdag/... mount points: this machine is left as found
 

@@ -7,6 +7,7 @@ Nodes the renewals are made by a few threads."""
 
 from __future__ import annotations
 
+import ipaddress
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -30,14 +31,18 @@ class NodeKeeper:
         self.pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="heartbeat")
         self.info: dict[str, dict] = {}  # node -> its object as last read
         self.failing: set[str] = set()
+        self.posted: set[str] = set()  # Nodes whose status this kubelet has posted
+        self.serving_port = 0  # the kubelet API's port (logs.py), once it serves
         self._stop = threading.Event()
 
     def address(self, node: str) -> str:
         addresses = ((self.info.get(node) or {}).get("status") or {}).get("addresses") or []
         for kind in ("InternalIP", "ExternalIP"):
             for entry in addresses:
-                if entry.get("type") == kind:
+                if entry.get("type") == kind and _is_ip(entry.get("address", "")):
                     return entry["address"]
+        # A Node registered with a DNS name as its address (a values file's host without
+        # `address`): the API server takes only IPs as a pod's hostIP/podIP; the stand-in.
         return "127.0.0.1"
 
     def allocatable(self, node: str) -> dict:
@@ -73,6 +78,11 @@ class NodeKeeper:
         if not ((self.info.get(node) or {}).get("status") or {}).get("addresses"):
             status["addresses"] = [{"type": "InternalIP", "address": "127.0.0.1"},
                                    {"type": "Hostname", "address": node}]
+        if self.serving_port:
+            # Where the API server reaches this kubelet's API (logs): localhost, the port
+            # it serves on (kube-apiserver tries InternalDNS first: testbed/cluster/up.py).
+            status["daemonEndpoints"] = {"kubeletEndpoint": {"Port": self.serving_port}}
+            status["addresses"] = status.get("addresses", []) + [{"type": "InternalDNS", "address": "localhost"}]
         self.info[node] = self.api.request("PATCH", f"/api/v1/nodes/{node}/status", body={"status": status},
                                            content_type=STRATEGIC)
 
@@ -96,8 +106,9 @@ class NodeKeeper:
         """One round over every Node; returns how many failed."""
         def one(node: str) -> bool:
             try:
-                if status:
+                if status or node not in self.posted:  # a Node served since the last round: its status now
                     self.post_status(node)
+                    self.posted.add(node)
                 self.renew_lease(node)
             except Exception as err:  # noqa: BLE001 -- said once, and tried again every round
                 if node not in self.failing:
@@ -128,3 +139,11 @@ class NodeKeeper:
     def stop(self) -> None:
         self._stop.set()
         self.pool.shutdown(wait=False)
+
+
+def _is_ip(text: str) -> bool:
+    try:
+        ipaddress.ip_address(text)
+    except ValueError:
+        return False
+    return True

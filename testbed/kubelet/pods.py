@@ -9,6 +9,7 @@ sends SIGTERM to every running container, SIGKILL after the grace period.
 
 from __future__ import annotations
 
+import os
 import shlex
 import signal
 import subprocess
@@ -17,10 +18,12 @@ import time
 from pathlib import Path
 from typing import Protocol
 
-from ..kube import Kube
+from ..kube import Kube, api_message
 from ..localrun.prepare import process_env
 from ..localrun.procs import MARKER_ENV, ProcessTree, process_table
+from .logs import LogPump
 from .sandbox import SA_PATH, Sandbox, wrap
+from .security import process_prefix
 from .status import WAIT_NOT_RUN, ContainerState, PodState, exit_code_of, termination_message
 from .translate import ContainerRun, PodContext, PodError, plan_pod
 
@@ -28,6 +31,7 @@ POLL = 0.2
 TREE_EVERY = 5  # polls between two looks at the container's process tree
 BACKOFF_FIRST, BACKOFF_MAX = 10.0, 300.0  # kubelet's container restart back-off
 TOKEN_SECONDS = 86400
+PUMP_DRAIN_S = 2.0
 
 
 class Recording(Protocol):
@@ -78,6 +82,7 @@ class PodWorker:
         self.state.mains = [ContainerState(c["name"], c.get("image", "")) for c in spec["containers"]]
         self.trees: dict[str, ProcessTree] = {}
         self.popens: dict[str, subprocess.Popen] = {}
+        self.pumps: dict[str, LogPump] = {}
         self.stop_reason: str | None = None
         self.kill_at: float | None = None
         self.done = threading.Event()
@@ -111,7 +116,7 @@ class PodWorker:
         try:
             self.k.api.patch_pod_status(self.namespace, self.name, self.state.to_api())
         except Exception as err:  # noqa: BLE001 -- a deleted pod or a restarting API server: said, not fatal
-            self.k.say(f"{self.key}: status not reported: {str(err).splitlines()[0]}")
+            self.k.say(f"{self.key}: status not reported: {api_message(err)}")
 
     def _run(self) -> None:
         try:
@@ -253,17 +258,22 @@ class PodWorker:
             env["PATH"] = str(Path(run.argv[0]).parent) + ":" + env["PATH"]
         marker = f"{self.k.run_id}/{self.uid}/{run.name}"  # unique per kubelet: finds this container's orphans
         env[MARKER_ENV] = marker
-        argv = wrap(run.argv, binds)
+        argv = wrap(process_prefix(self.pod, run.name, run.role, notes) + run.argv, binds)
         for note in notes:
             self.k.say(f"{self.key} {run.name}: {note}")
-        with open(log_path, "ab") as log:
-            try:
-                popen = subprocess.Popen(argv, env=env, cwd=run.cwd, stdin=subprocess.DEVNULL, stdout=log,
-                                         stderr=subprocess.STDOUT, start_new_session=True)
-            except OSError as err:
-                state.finish(128, f"cannot start {run.argv[0]}: {err.strerror}", reason="StartError")
-                self.k.say(f"{self.key} {run.name}: cannot start: {err}")
-                return
+        read_end, write_end = os.pipe()  # through LogPump: each line's time kept for the logs API
+        try:
+            popen = subprocess.Popen(argv, env=env, cwd=run.cwd, stdin=subprocess.DEVNULL, stdout=write_end,
+                                     stderr=subprocess.STDOUT, start_new_session=True)
+        except OSError as err:
+            os.close(read_end)
+            state.finish(128, f"cannot start {run.argv[0]}: {err.strerror}", reason="StartError")
+            self.k.say(f"{self.key} {run.name}: cannot start: {err}")
+            return
+        finally:
+            os.close(write_end)
+        self.pumps[run.name] = LogPump(read_end, log_path)
+        self.pumps[run.name].start()
         with self.lock:
             self.popens[run.name] = popen
             self.trees[run.name] = ProcessTree(popen.pid, marker)
@@ -312,6 +322,7 @@ class PodWorker:
                 if popen.poll() is None:
                     continue
                 tree.signal(signal.SIGKILL)  # the container's other processes die with it
+                self.pumps[name].join(PUMP_DRAIN_S)  # its last lines in the log before the tail is read
                 self._finished(name, state, popen.returncode)
                 if not stopping and self._restarts(state):
                     backoff = min(BACKOFF_MAX, BACKOFF_FIRST * 2 ** state.restart_count)

@@ -8,19 +8,26 @@ termination-message file per container. As root, each container's process starts
 InClusterConfig and the gang watch read them there), /var/run/argo (Argo's shared
 volume), the container's terminationMessagePath. A mount point that does not exist on
 this machine is created only under /var/run, /run and /dev (tmpfs and devtmpfs: gone at
-reboot); any other volume whose mount point is missing is skipped, with a note.
+reboot) and /opt/torchdag (where a Workflow mounts its helpers: the folders made there are
+removed, when empty, as the kubelet stops); any other volume whose mount point is missing is
+skipped, with a note.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
 SA_PATH = "/var/run/secrets/kubernetes.io/serviceaccount"
 MEMORY_ROOT = Path("/dev/shm/torchdag-kubelet")  # emptyDir medium: Memory
-CREATABLE = ("/var/run/", "/run/", "/dev/")
+CREATABLE = ("/var/run/", "/run/", "/dev/", "/opt/torchdag/")  # the last: where the Workflow mounts its helpers
+# Folders made on this machine as mount points, removed by remove_made_folders() when the
+# kubelet stops: not before, as a running pod's private mount sits on them.
+MADE_FOLDERS: set[str] = set()
+_MADE_LOCK = threading.Lock()
 MOUNTS = 'while [ "$1" != -- ]; do mount --bind "$1" "$2" || exit 126; shift 2; done; '
 MOUNT_SCRIPT = MOUNTS + 'shift; exec "$@"'
 # The same when a bind covers the program itself (Argo mounts an emptyDir on /tmp in its own
@@ -148,16 +155,41 @@ class Sandbox:
         if not target.startswith(CREATABLE):
             notes.append(f"mount point {target} does not exist on this machine: not mounted")
             return False
+        folder = target if directory else os.path.dirname(target)
         try:
-            if directory:
-                os.makedirs(target, exist_ok=True)
-            else:
-                os.makedirs(os.path.dirname(target), exist_ok=True)
+            missing = _missing_folders(folder)
+            os.makedirs(folder, exist_ok=True)
+            if not directory:
                 open(target, "a").close()
         except OSError as err:
             notes.append(f"cannot create mount point {target}: {err.strerror}: not mounted")
             return False
+        with _MADE_LOCK:
+            MADE_FOLDERS.update(missing)
         return True
+
+
+def _missing_folders(folder: str) -> list[str]:
+    out = []
+    while folder not in ("", "/") and not os.path.exists(folder):
+        out.append(folder)
+        folder = os.path.dirname(folder)
+    return out
+
+
+def remove_made_folders() -> list[str]:
+    """Remove the mount-point folders this kubelet made, deepest first, each
+    only when empty (an image's own files are never touched); the ones removed."""
+    removed = []
+    with _MADE_LOCK:
+        for folder in sorted(MADE_FOLDERS, key=len, reverse=True):
+            try:
+                os.rmdir(folder)
+                removed.append(folder)
+            except OSError:
+                pass
+        MADE_FOLDERS.clear()
+    return removed
 
 
 def wrap(argv: list[str], binds: list[tuple[str, str]]) -> list[str]:

@@ -18,14 +18,21 @@ DEFAULT_MAPS = [("/opt/torchdag", str(CHECKOUT))]
 
 NIC_ENV = ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME", "HCCL_SOCKET_IFNAME", "TP_SOCKET_IFNAME")
 ADDRESS_FLAGS = ("--master_addr", "--master-addr")
+ENDPOINT_FLAGS = ("--rdzv-endpoint", "--rdzv_endpoint")  # HOST:PORT of a dynamic (c10d) rendezvous
 PORT_FLAGS = ("--master_port", "--master-port")
 DEVICE_FILES = {"cuda": ("/dev", re.compile(r"^nvidia\d+$"), "NVIDIA GPU"),
                 "npu": ("/dev", re.compile(r"^davinci\d+$"), "Ascend NPU")}
 
 
+def holds_files(path: str) -> bool:
+    """A file, or a folder with a file somewhere below: empty folders are mount points the
+    process kubelet left (/opt/torchdag/trainer/agents, for a Workflow's helpers), not the image's."""
+    return os.path.isfile(path) or os.path.isdir(path) and any(files for _, _, files in os.walk(path))
+
+
 def map_path(word: str, maps: list[tuple[str, str]]) -> str:
     """An absolute path that does not exist here, through the first prefix map that fits."""
-    if not word.startswith("/") or os.path.exists(word):
+    if not word.startswith("/") or holds_files(word):
         return word
     for src, dst in maps:
         src = src.rstrip("/")
@@ -133,7 +140,10 @@ def onto_this_host(launcher: list[str], env_map: dict[str, str], notes: list[str
     if address is not None:
         for old, new in replace_flag(launcher, ADDRESS_FLAGS, lambda _: address):
             notes.append(f"master address {old} -> {new}")
-        for key in ("MASTER_ADDR", "HCCL_IF_IP"):
+        for old, new in replace_flag(launcher, ENDPOINT_FLAGS, lambda v: f"{address}:{port or v.rpartition(':')[2]}"):
+            notes.append(f"rendezvous endpoint {old} -> {new}")
+        # PET_LOCAL_ADDR: the address a c10d agent gives the others (status.podIP on a cluster)
+        for key in ("MASTER_ADDR", "HCCL_IF_IP", "PET_LOCAL_ADDR"):
             if key in env_map and env_map[key] != address:
                 notes.append(f"{key} {env_map[key]} -> {address}")
                 env_map[key] = address
@@ -196,7 +206,7 @@ def localize(command: list[str], args: list[str], env_list: list[tuple[str, str]
         device = "cpu"
     launcher = list(command) + list(args)
     onto_this_host(launcher, env_map, notes, address=options.address, nic=options.nic, port=options.port)
-    maps = list(options.maps) + DEFAULT_MAPS
+    maps = list(options.maps) + (DEFAULT_MAPS if options.checkout_map else [])
     mapped = [map_word(word, maps) for word in launcher]
     for old, new in zip(launcher, mapped):
         if old != new:

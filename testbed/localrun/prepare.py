@@ -39,6 +39,7 @@ class Options:
     only: list[str] = field(default_factory=list)  # run only these tasks
     exec_prefix: Callable[["LocalTask"], list[str]] | None = None  # e.g. `ip netns exec NS ...`
     workflow_name: str | None = None  # default: metadata.name, or generateName + 5 random characters
+    checkout_map: bool = True  # DEFAULT_MAPS last; False: a pod has only what its image and Workflow give it
 
 
 @dataclass
@@ -211,6 +212,7 @@ def _items(task: dict) -> list[tuple[dict, dict[str, str]]]:
 
 # The pod network's headless Service (network.mode: pod), skipped like the gang's tasks.
 SERVICE_TASK = "creates the run's headless Service"
+AGENTS_TASK = "creates the helpers' ConfigMap"  # agents.fromWorkflow; here /opt/torchdag maps to the checkout
 
 
 def gang_task(task: dict, templates: dict[str, dict]) -> str | None:
@@ -222,8 +224,13 @@ def gang_task(task: dict, templates: dict[str, dict]) -> str | None:
         return "creates the gang's PodGroup"
     if "\nkind: \"Service\"\n" in "\n" + manifest:
         return SERVICE_TASK
-    if ((template.get("metadata") or {}).get("labels") or {}).get("torchdag.io/role") == "gang-watch":
+    if "\nkind: \"ConfigMap\"\n" in "\n" + manifest:
+        return AGENTS_TASK
+    role = ((template.get("metadata") or {}).get("labels") or {}).get("torchdag.io/role")
+    if role == "gang-watch":
         return "watches that the gang is placed in time"
+    if role == "schedule-watch":  # every job without a gang (scheduling.timeout)
+        return "watches that every pod is scheduled in time"
     return None
 
 
@@ -232,6 +239,8 @@ def _gang_notes(doc: dict) -> list[str]:
     _, dag, templates = _dag(doc)
     notes = [f"ignored: task {t['name']} ({gang_task(t, templates)}: " + (
              "every pod name is 127.0.0.1 here)" if gang_task(t, templates) == SERVICE_TASK else
+             "scheduling is not simulated; every node starts here at once)" if t["name"] == "schedule-watch" else
+             "the checkout's trainer/agents/ serve here)" if gang_task(t, templates) == AGENTS_TASK else
              "gang scheduling is not simulated; every node starts here at once)")
              for t in dag.get("tasks") or [] if gang_task(t, templates)]
     for template in templates.values():

@@ -56,14 +56,31 @@ def _rows(outcome, indent: str = "  ") -> list[str]:
             f"last loss: {r.last_loss or '-'}" for r in outcome.results]
 
 
-def _failure(outcome) -> str | None:
+def diagnosis(outcome):
+    """torchdag diagnose's judgement of this attempt's output (the first cause in time, not
+    the first exit: the survivors of a dead rank exit within the same second), or None."""
+    from torchdag.diagnose import core  # the one module that decides, for the cluster and here
+
+    views = []
+    for r in outcome.results:
+        rank = r.name.rsplit("-", 1)[-1]
+        code = None if r.returncode is None else (128 - r.returncode if r.returncode < 0 else r.returncode)
+        views.append(core.PodView(name=r.name, rank=int(rank) if rank.isdigit() else None, host=r.name,
+                                  phase="Running" if code is None else "Succeeded" if code == 0 else "Failed",
+                                  exit_code=code, log=[core.LogLine(when, text) for when, text in r.tail]))
+    found = core.diagnose({"status": {"phase": "Failed"}}, views)
+    return found if found.status == 1 else None
+
+
+def _failure(outcome, found=None) -> str | None:
     """`node-1 failed first (killed by SIGKILL after 2.0 s); stopped by the runner: node-0`"""
     if not outcome.first_failure:
         return None
-    stopped = [r.name for r in outcome.results if r.stopped_by_runner and r.name != outcome.first_failure]
+    name = found.first.pod.name if found is not None else outcome.first_failure
+    stopped = [r.name for r in outcome.results if r.stopped_by_runner and r.name != name]
     tail = f"; stopped by the runner: {', '.join(stopped)}" if stopped else ""
-    first = next(r for r in outcome.results if r.name == outcome.first_failure)
-    return f"{outcome.first_failure} failed first ({first.exit_text()}{seconds_after(first.duration)}){tail}"
+    first = next(r for r in outcome.results if r.name == name)
+    return f"{name} failed first ({first.exit_text()}{seconds_after(first.duration)}){tail}"
 
 
 def _ending(outcome) -> list[str]:
@@ -77,9 +94,12 @@ def _ending(outcome) -> list[str]:
 
 def _single(outcome) -> list[str]:
     lines = [f"summary of {outcome.workflow} ({outcome.elapsed:.1f} s):"] + _rows(outcome)
-    failure = _failure(outcome)
+    found = diagnosis(outcome) if outcome.first_failure else None
+    failure = _failure(outcome, found)
     if failure:
         lines.append(failure)
+    if found is not None:
+        lines += [f"cause: {found.first.cause} [{found.first.signature}]", f"fix: {found.first.fix}"]
     lines += _ending(outcome)
     lines.append("result: " + ("every task exited 0" if outcome.code == EXIT_OK else f"FAILED (exit {outcome.code})"))
     return lines
@@ -87,7 +107,7 @@ def _single(outcome) -> list[str]:
 
 def _attempt_header(number: int, outcome) -> str:
     if outcome.first_failure:
-        what = _failure(outcome)
+        what = _failure(outcome, diagnosis(outcome))
     elif outcome.timed_out:
         what = "timed out"
     elif outcome.interrupted:

@@ -8,6 +8,7 @@ restart.py runs Supervisors again while the DAG's retryStrategy allows.
 
 from __future__ import annotations
 
+import datetime
 import os
 import shlex
 import signal
@@ -15,7 +16,8 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import dataclass
+from collections import deque
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, TextIO
 
@@ -23,6 +25,8 @@ from .errors import EXIT_FAILED, EXIT_OK, stopped_code
 from .prepare import LocalTask
 from .procs import MARKER_ENV, ProcessTree, process_table
 from .report import loss_value, seconds_after
+
+TAIL_LINES = 400  # of each task's output, kept for the summary's cause (torchdag/diagnose)
 
 
 @dataclass
@@ -35,6 +39,7 @@ class TaskResult:
     stopped_by_runner: str | None = None  # why the runner stopped it (gang stop, timeout, ...)
     last_loss: str | None = None  # the number, as the node printed it
     lines: int = 0
+    tail: deque = field(default_factory=lambda: deque(maxlen=TAIL_LINES))  # (when, line): the summary's cause
 
     @property
     def duration(self) -> float | None:
@@ -138,6 +143,7 @@ class Supervisor:
             if loss is not None:
                 result.last_loss = loss
             result.lines += 1
+            result.tail.append((datetime.datetime.now(datetime.timezone.utc), line))
             with self._lock:
                 self.out.write(f"[{name}] {line}\n")
                 self.out.flush()

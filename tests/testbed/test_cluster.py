@@ -38,6 +38,14 @@ GOLDEN = sorted((REPO / "tests" / "golden").glob("*/*.yaml"))
 GANG_CRDS = ("podgroups.scheduling.volcano.sh", "podgroups.scheduling.x-k8s.io")
 
 
+def image_agents(tmp_path) -> Path:
+    """A values file that leaves the helpers to the image: no kubelet runs in these tests, so the
+    ConfigMap task would stay Pending and the node pods, which wait for it, never be created."""
+    path = tmp_path / "image-agents.yaml"
+    path.write_text("agents: {fromWorkflow: false}\n")
+    return path
+
+
 def _established(crd: dict) -> bool:
     return any(c["type"] == "Established" and c["status"] == "True" for c in crd["status"].get("conditions", []))
 
@@ -197,7 +205,8 @@ def test_a_registered_workflowtemplate_runs_on_its_pinned_hosts(local_cluster, t
         {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "datasets", "namespace": "ml"},
          "spec": {**claim, "volumeName": "datasets", "resources": {"requests": {"storage": "1Gi"}}}}]))
     rendered = tmp_path / "template.yaml"
-    subprocess.run([sys.executable, str(REPO / "render.py"), str(values), "-o", str(rendered)], check=True)
+    subprocess.run([sys.executable, str(REPO / "render.py"), str(values), "-f", str(image_agents(tmp_path)), "-o",
+                    str(rendered)], check=True)
     local_cluster.kubectl("apply", "-f", str(rendered))
     workflow = {"apiVersion": "argoproj.io/v1alpha1", "kind": "Workflow",
                 "metadata": {"generateName": "full-", "namespace": "ml"},
@@ -260,7 +269,8 @@ def test_the_controller_runs_a_rendered_workflow_on_its_pinned_hosts(local_clust
     values = EXAMPLES_DIR / "local.yaml"
     assert local_cluster.command("nodes", str(values)).returncode == 0
     workflow = tmp_path / "workflow.yaml"
-    subprocess.run([sys.executable, str(REPO / "render.py"), str(values), "-o", str(workflow)], check=True)
+    subprocess.run([sys.executable, str(REPO / "render.py"), str(values), "-f", str(image_agents(tmp_path)), "-o",
+                    str(workflow)], check=True)
     name = local_cluster.kubectl("create", "-f", str(workflow), "-o", "name").stdout.strip().split("/")[-1]
     try:
         # The real controller creates one pod per DAG task; the real scheduler binds each to
@@ -285,7 +295,8 @@ def test_a_host_with_fewer_devices_than_asked_leaves_its_pod_pending_with_the_re
     values.write_text(yaml.safe_dump(asked))
     assert local_cluster.command("nodes", str(registered)).returncode == 0
     workflow = tmp_path / "workflow.yaml"
-    subprocess.run([sys.executable, str(REPO / "render.py"), "-q", str(values), "-o", str(workflow)], check=True)
+    subprocess.run([sys.executable, str(REPO / "render.py"), "-q", str(values), "-f", str(image_agents(tmp_path)),
+                    "-o", str(workflow)], check=True)
     name = local_cluster.kubectl("create", "-f", str(workflow), "-o", "name").stdout.strip().split("/")[-1]
     hosts = [node["name"] for node in asked["nodes"]]
     try:

@@ -14,6 +14,7 @@ import pytest
 from required import missing
 
 from testbed.kubelet import pods as pods_module
+from testbed.kubelet import sandbox
 from testbed.kubelet.kubelet import Kubelet
 from testbed.kubelet.pods import PodWorker
 from testbed.kubelet.sandbox import MEMORY_ROOT, Sandbox, can_mount, wrap
@@ -228,6 +229,28 @@ def test_sandbox_binds_and_wrap(tmp_path):
     assert wrap(["true"], binds)[:4] == ["unshare", "--mount", "--propagation", "private"]
 
 
+def test_mount_points_made_here_are_removed_when_the_kubelet_stops(tmp_path, monkeypatch, mounts_allowed):
+    """A Workflow mounts its helpers at /opt/torchdag/trainer/agents: the kubelet makes that
+    folder on this machine for the bind, and must not leave it behind (a later run would
+    take the empty folder for the image's own)."""
+    creatable = tmp_path / "opt"
+    creatable.mkdir()
+    (creatable / "kept").mkdir()  # already there: never removed
+    monkeypatch.setattr(sandbox, "CREATABLE", (str(creatable) + "/",))
+    target = creatable / "torchdag" / "trainer" / "agents"
+    kubelet, api = make_kubelet(tmp_path / "state")
+    mounted = pod(sh("main", f"test -d {target} && echo seen > {target}/../../seen-inside"),
+                  volumes=[{"name": "helpers", "emptyDir": {}}])
+    mounted["spec"]["containers"][0]["volumeMounts"] = [{"name": "helpers", "mountPath": str(target)}]
+    run(kubelet, mounted)
+    assert api.statuses[-1]["phase"] == "Succeeded", api.statuses[-1]
+    assert target.is_dir()  # kept while the kubelet runs: other pods' mounts sit on it
+    kubelet.shutdown(grace=0.5)
+    assert not (creatable / "torchdag" / "trainer").exists()
+    assert (creatable / "torchdag" / "seen-inside").exists()  # a folder with files stays
+    assert (creatable / "kept").is_dir()
+
+
 def test_a_program_under_a_bound_folder_still_runs(tmp_path, mounts_allowed):
     """Argo's own containers get an emptyDir on /tmp; a checkout under /tmp keeps argoexec
     there: the program is opened before the mounts hide it (it once exited 127, not found)."""
@@ -315,6 +338,17 @@ def test_heartbeats_post_ready_renew_leases_and_say_failures_once():
     api.down = False
     keeper.beat_all(status=False)
     assert said[-1] == "node n1: heartbeats go through again"
+    keeper.stop()
+
+
+def test_a_node_address_that_is_a_dns_name_gives_pods_the_loopback_ip():
+    from testbed.kubelet.nodes import NodeKeeper
+
+    keeper = NodeKeeper(None, ["by-name", "by-ip"])
+    keeper.info = {"by-name": {"status": {"addresses": [{"type": "InternalIP", "address": "host-a"}]}},
+                   "by-ip": {"status": {"addresses": [{"type": "InternalDNS", "address": "localhost"},
+                                                      {"type": "InternalIP", "address": "198.18.0.2"}]}}}
+    assert (keeper.address("by-name"), keeper.address("by-ip")) == ("127.0.0.1", "198.18.0.2")  # hostIP takes IPs only
     keeper.stop()
 
 

@@ -123,6 +123,18 @@ def test_downward_api_and_value_from_not_expanded():
                       "IP": "10.0.0.7", "HOST": "198.18.0.2", "SA": "trainer", "MISSING": "", "LIT": "$(POD)"}
 
 
+def test_a_dynamic_rendezvous_is_mapped_onto_this_host():
+    """Node recovery's torchrun: the c10d endpoint (the master's address) and the address an
+    agent gives the others (PET_LOCAL_ADDR from status.podIP) become 127.0.0.1 here, as
+    --master_addr does; the endpoint keeps its port."""
+    env = [{"name": "PET_LOCAL_ADDR", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}]
+    pod = bare_pod(env, command=("torchrun", "--nnodes=2:3", "--rdzv-backend=c10d",
+                                 "--rdzv-endpoint=198.18.0.1:29500", "train.py"))
+    run = plan_container(pod, pod["spec"]["containers"][0], context(pod_ip="198.18.0.2"))
+    assert "--rdzv-endpoint=127.0.0.1:29500" in run.argv
+    assert dict(run.env)["PET_LOCAL_ADDR"] == "127.0.0.1"
+
+
 def test_resource_field_refs():
     env = [{"name": "CPU", "valueFrom": {"resourceFieldRef": {"resource": "limits.cpu"}}},
            {"name": "MCPU", "valueFrom": {"resourceFieldRef": {"resource": "requests.cpu", "divisor": "1m"}}},

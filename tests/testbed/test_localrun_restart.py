@@ -34,7 +34,7 @@ def with_restarts(values_path: Path, limit: int = 2, seconds: int = 1) -> dict:
     """The Workflow render.py writes for `values_path` plus `failurePolicy.maxRestarts`:
     the entrypoint DAG's retryStrategy, a `restart` argument of `{{retries}}` on every
     task, and TORCHDAG_RESTART in every container."""
-    policy = f"failurePolicy: {{maxRestarts: {limit}, backoffSeconds: {seconds}}}\n"
+    policy = f"failurePolicy: {{maxRestarts: {limit}, backoffSeconds: {seconds}, recovery: job}}\n"
     text = values_path.read_text(encoding="utf-8") + policy
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / values_path.name
