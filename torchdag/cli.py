@@ -116,6 +116,16 @@ def _writing(prog: str, target: str, write, *args) -> None:
 
 # --- the `torchdag` command ----------------------------------------------------------------
 
+def _cluster_command(name: str) -> Callable[[list[str], str], int]:
+    """status, logs, diagnose (torchdag/diagnose/commands.py): their Kubernetes client is an
+    optional extra, imported only when one of them runs."""
+    def run(argv: list[str], prog: str) -> int:
+        from .diagnose import commands
+
+        return getattr(commands, f"{name}_main")(argv, prog)
+    return run
+
+
 @dataclass(frozen=True)
 class Subcommand:
     """One `torchdag NAME ...`: `usage` follows the name in the usage lines, `summary` is its
@@ -135,6 +145,16 @@ SUBCOMMANDS: tuple[Subcommand, ...] = (
                main),
     Subcommand("check", "FILE [-f FILE]... [-q]",
                "validate only: nothing on stdout, one line per problem on stderr, exit 2", check_main),
+    Subcommand("status", "NAME [-n NAMESPACE] [--kubeconfig FILE] [--watch]",
+               "every rank of a running job: host, address, pod phase, attempt, restarts, progress and how long "
+               "since it last logged", _cluster_command("status")),
+    Subcommand("logs", "NAME [-n NAMESPACE] [--kubeconfig FILE] [--rank R] [--attempt K] [-f]",
+               "every rank's log merged in time order, each line prefixed [rank host]; --rank shows one",
+               _cluster_command("logs")),
+    Subcommand("diagnose", "NAME [-n NAMESPACE] [--kubeconfig FILE] [--json]",
+               "the first failure in time, its rank, host, cause and fix (docs/failures.md); exit 0 healthy, "
+               "1 diagnosed, 2 cannot tell. status, logs and diagnose read the cluster as kubectl does and need "
+               "`pip install 'torchdag[cluster]'`", _cluster_command("diagnose")),
 )
 
 
@@ -155,10 +175,10 @@ def usage() -> str:
 
 
 def help_text() -> str:
-    commands = "".join(f"  {f'{c.name} FILE' if c.usage.startswith('FILE') else c.name:<13} {_wrap(c.summary)}\n"
-                       for c in SUBCOMMANDS)
+    commands = "".join(f"  {c.name + ' ' + c.usage.split()[0]:<13} {_wrap(c.summary)}\n" for c in SUBCOMMANDS)
     return usage() + f"""
-Render a torchdag values file (cluster.yaml) into an Argo Workflow, or validate it.
+Render a torchdag values file (cluster.yaml) into an Argo Workflow, or validate it; read a
+running job's ranks, logs and first failure.
 
 commands:
 {commands}
