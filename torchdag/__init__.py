@@ -14,3 +14,4 @@ _PACKAGED_DATA = PACKAGE_DIR / "_data"
 DATA_DIR = _PACKAGED_DATA if (_PACKAGED_DATA / "schema").is_dir() else REPO_ROOT
 SCHEMA_PATH = DATA_DIR / "schema" / "values.schema.json"
 TEMPLATES_DIR = DATA_DIR / "templates"
+AGENTS_DIR = DATA_DIR / "trainer" / "agents"  # the helpers the Workflow carries

@@ -19,6 +19,7 @@ from torch.utils.data import DistributedSampler
 
 from trainer import checkpoint, distckpt
 from trainer.config import (
+    EXIT_FAILED,
     EXIT_OK,
     EXIT_PREEMPTED,
     Config,
@@ -31,6 +32,7 @@ from trainer.device import DeviceError, Placement
 from trainer.mixed import CpuBucketGradSync
 from trainer.model import SimpleNet, SyntheticRegression
 from trainer.preemption import StopAgreement, StopFlagCarrier, StopRequest, signal_name, stop_agent_restarts
+from trainer.progress import ProgressFile, StallReporter
 
 
 class Job:
@@ -172,6 +174,8 @@ class Trainer(Job):
             idx = order[b * cfg.batch_size:(b + 1) * cfg.batch_size]
             loss = self._run_batch(self.x_all[idx], self.y_all[idx])
             self.step += 1
+            self.progress.update(self.step)
+            self.stall.step(self.step)
             last = self.step == self.total
             agreed = self.agreement.result()
             self.stopping = 0 if last else agreed  # the last step ends the run anyway
@@ -186,6 +190,8 @@ class Trainer(Job):
                 self.final_loss = mean if last else self.final_loss
                 rate = (self.step - start_step) * cfg.batch_size * self.ranks.world_size / (time.perf_counter() - t0)
                 self.log(f"step {self.step}/{self.total} loss {mean:.6f} samples/s {rate:.0f}")
+                if self.node_rank:  # every other node's progress in its own log (torchdag status/logs)
+                    self.node_log(f"step {self.step}/{self.total}")
             every = cfg.checkpoint_every and self.step % cfg.checkpoint_every == 0
             if self.ckpt_dir and (last or self.stopping or every):
                 self._save_snapshot()
@@ -196,9 +202,17 @@ class Trainer(Job):
         self.log(f"training: world_size {ranks.world_size}, backend {place.backend}, device {place.device} "
                  f"({place.source}), {self.steps_per_epoch} steps/epoch, steps {self.step}->{self.total}, "
                  f"restart {cfg.restart}" + (f", parameter {cfg.parameter!r}" if cfg.parameter is not None else ""))
+        # What the rendezvous assigned this node in this round (node recovery: it may differ
+        # from the node table's order once a node has rejoined).
+        self.node_log(f"rank {ranks.rank} of {ranks.world_size}, worker restart "
+                      f"{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}, resumed from step {self.resumed_from}")
         start_step, t0 = self.step, time.perf_counter()
         epoch, skip = divmod(self.step, self.steps_per_epoch)
-        with self.stop:
+        self.progress = ProgressFile(self.total)
+        self.progress.update(self.step, force=True)
+        self.stall = StallReporter(ranks.rank, self.node_rank, self.total)
+        self.stall.step(self.step)
+        with self.stop, self.stall:
             while self.step < self.total and not self.stopping:
                 self._run_epoch(epoch, skip, start_step, t0)
                 epoch, skip = epoch + 1, 0
@@ -209,6 +223,10 @@ class Trainer(Job):
             torch.save({k: v.detach().cpu() for k, v in self.model.state_dict().items()},
                        f"{cfg.params_file}.rank{ranks.rank}")
         self.write_metrics(self._metrics(self.step - start_step, elapsed))
+        if self.stopping and self._peer_left():
+            self.node_log(f"a peer node is leaving (a stop signal elsewhere): checkpoint at step {self.step}; exit "
+                          f"{EXIT_FAILED} so torchrun restarts the workers into the next rendezvous round")
+            return EXIT_FAILED
         if self.stopping:
             saved = f", checkpoint {checkpoint.path_for(self.ckpt_dir, self.step)}" if self.ckpt_dir else ""
             self.log(f"preempted at step {self.step}/{self.total} (a stop signal reached {self.stopping} of "
@@ -217,15 +235,29 @@ class Trainer(Job):
         self.log(f"done: {self.step} steps, loss {self.first_loss} -> {self.final_loss}")
         return EXIT_OK
 
+    def _peer_left(self) -> bool:
+        """Node recovery (TORCHDAG_RECOVERY=node): a stop signal that reached another node only
+        (its pod deleted, evicted or drained) is that node leaving, not the job stopping; this
+        node's workers then fail, so that its torchrun restarts them into the next round."""
+        return os.environ.get("TORCHDAG_RECOVERY") == "node" and not self.signalled_here
+
     def _stopped(self) -> None:
         """After an agreed stop: no rank leaves before every writer has its file on disk."""
         dist.barrier(group=self.cpu_group)
-        if not self.signalled_here and self.ranks.local_rank == 0:
+        if not self.signalled_here and self.ranks.local_rank == 0 and not self._peer_left():
             stop_agent_restarts(self.node_log)  # a node that got no signal
         here = (f"{signal_name(self.signalled_here)} received here" if self.signalled_here
                 else "signal received elsewhere")
         saved = "checkpoint saved" if self.ckpt_dir else "no --checkpoint-dir, nothing saved"
-        self.node_log(f"stopped at step {self.step}/{self.total} ({here}); {saved}; exit {EXIT_PREEMPTED}")
+        code = EXIT_FAILED if self._peer_left() else EXIT_PREEMPTED
+        self.node_log(f"stopped at step {self.step}/{self.total} ({here}); {saved}; exit {code}")
+
+    def _worker_restarts(self) -> list[int]:
+        """A collective: every rank reaches it at the end of train()."""
+        mine = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") or 0)
+        seen = [0] * self.ranks.world_size
+        dist.all_gather_object(seen, mine, group=self.cpu_group)
+        return seen
 
     def _metrics(self, done: int, elapsed: float) -> dict:
         cfg, world = self.cfg, self.ranks.world_size
@@ -234,7 +266,11 @@ class Trainer(Job):
             "grad_sync": self.grad_sync_mode, "steps": self.step, "steps_this_run": done,
             "resumed_from_step": self.resumed_from, "restart": cfg.restart, "preempted": bool(self.stopping),
             "signalled_ranks": self.stopping, "first_loss": self.first_loss, "final_loss": self.final_loss,
-            "batch_size": cfg.batch_size, "elapsed_seconds": elapsed,
+            "batch_size": cfg.batch_size, "global_batch_size": cfg.batch_size * world,
+            # Each rank's torchrun worker restarts (node recovery: a survivor restarts its workers
+            # into every re-formed group; a retried node starts at 0), by the final round's rank.
+            "worker_restarts": self._worker_restarts(),
+            "recovery": os.environ.get("TORCHDAG_RECOVERY", ""), "elapsed_seconds": elapsed,
             "steps_per_second": done / elapsed if done else 0.0,
             "samples_per_second": done * cfg.batch_size * world / elapsed if done else 0.0,
             "parameter": cfg.parameter,

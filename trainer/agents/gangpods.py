@@ -38,6 +38,16 @@ def why_unscheduled(pod: dict) -> str:
     return f"{status.get('phase') or 'Pending'}, no scheduling decision yet"
 
 
+def pinned_host(pod: dict) -> str:
+    """The host the pod's node affinity asks for (kubernetes.io/hostname), or ""."""
+    affinity = ((pod.get("spec") or {}).get("affinity") or {}).get("nodeAffinity") or {}
+    for term in (affinity.get("requiredDuringSchedulingIgnoredDuringExecution") or {}).get("nodeSelectorTerms") or []:
+        for expr in term.get("matchExpressions") or []:
+            if expr.get("key") == "kubernetes.io/hostname" and expr.get("values"):
+                return expr["values"][0]
+    return ""
+
+
 def ranges(ranks) -> str:
     """[0, 1, 2, 5, 7, 8] -> '0-2, 5, 7-8'."""
     ranks = sorted(ranks)
@@ -117,7 +127,7 @@ class Observation:
     def complete(self) -> bool:
         return not self.unplaced
 
-    def reasons(self) -> list[str]:
+    def reasons(self, with_host: bool = False) -> list[str]:
         items = []
         for rank in self.unplaced:
             pods = self.by_rank.get(rank)
@@ -126,5 +136,6 @@ class Observation:
                 continue
             newest = max(pods, key=lambda p: (p.get("metadata") or {}).get("creationTimestamp") or "")
             name = (newest.get("metadata") or {}).get("name", "?")
-            items.append(f"node-rank {rank} (pod {name}): {why_unscheduled(newest)}")
+            host = f" on host {pinned_host(newest)}" if with_host and pinned_host(newest) else ""
+            items.append(f"node-rank {rank}{host} (pod {name}): {why_unscheduled(newest)}")
         return items

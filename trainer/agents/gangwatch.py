@@ -24,13 +24,15 @@ import sys
 import time
 import urllib.parse
 
-if __package__ in (None, ""):  # run by path: import the package from above trainer/, as train.py does
-    sys.path[0] = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from trainer.agents.gangpods import RANK_LABEL, WORKFLOW_LABEL, Observation, ranges
-from trainer.agents.kubeapi import PREFIX, Api, ApiError, Exit, default_api_server, say, write_termination_log
+if __package__:  # imported as trainer.agents.gangwatch
+    from .gangpods import RANK_LABEL, WORKFLOW_LABEL, Observation, ranges
+    from .kubeapi import PREFIX, Api, ApiError, Exit, default_api_server, say, write_termination_log
+else:  # run by path, its siblings beside it: the image's trainer/agents/ or the Workflow's ConfigMap
+    from gangpods import RANK_LABEL, WORKFLOW_LABEL, Observation, ranges
+    from kubeapi import PREFIX, Api, ApiError, Exit, default_api_server, say, write_termination_log
 
 SA_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
+ARGO_TAG = "{" * 2
 WORKFLOW_API = "/apis/argoproj.io/v1alpha1"
 FINISHED = ("Succeeded", "Failed", "Error")
 RBAC = "get/list on pods and get/patch on workflows.argoproj.io"
@@ -68,6 +70,19 @@ class Watch:
 
     def elapsed(self) -> int:
         return int(round(time.monotonic() - self.start))
+
+    # -- words: a gang is placed or not; without one (--what pods) each node's pod is scheduled or not
+    def not_placed(self) -> str:
+        return (f"gang not placed within {self.args.timeout:g} s" if self.args.what == "gang"
+                else f"not scheduled within {self.args.timeout:g} s")
+
+    def what_failed(self) -> str:
+        return "the gang was not placed" if self.args.what == "gang" else "a pod was not scheduled"
+
+    def placed_line(self) -> str:
+        n = self.args.pods
+        return (f"gang placed: {n}/{n} pods scheduled after {self.elapsed()} s" if self.args.what == "gang"
+                else f"every pod scheduled: {n}/{n} after {self.elapsed()} s")
 
     # -- errors
     def fatal(self, exc: ApiError, verb: str, resource: str) -> Exit:
@@ -137,7 +152,7 @@ class Watch:
                     continue
                 failed = (Exit(2, f"error: could not stop workflow {self.wf}: {exc}", sys.stderr)
                           if exc.transient else self.fatal(exc, "patch", "workflows.argoproj.io"))
-                failed.message += f"; and the gang was not placed: {reason}"
+                failed.message += f"; and {self.what_failed()}: {reason}"
                 raise failed from exc
             break
         if answer is None:
@@ -145,7 +160,7 @@ class Watch:
         # Argo now stops every running pod of the Workflow, this one included: its SIGTERM
         # must not cut the PodGroup's deletion short or turn this verdict into exit 143.
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        raise Exit(1, f"stopped workflow {self.wf}: gang not placed within {self.args.timeout:g} s"
+        raise Exit(1, f"stopped workflow {self.wf}: {self.not_placed()}"
                    + self.delete_podgroup(), terminate_note=False)
 
     def delete_podgroup(self) -> str:
@@ -178,7 +193,7 @@ class Watch:
             if obs is not None:
                 latest = obs
                 if obs.complete:
-                    raise Exit(0, f"gang placed: {args.pods}/{args.pods} pods scheduled after {self.elapsed()} s")
+                    raise Exit(0, self.placed_line())
                 if len(obs.placed) != shown:
                     shown = len(obs.placed)
                     say(f"{shown}/{args.pods} pods scheduled after {self.elapsed()} s; "
@@ -203,10 +218,10 @@ class Watch:
             if obs is not None:
                 latest = obs
         if latest.complete:
-            raise Exit(0, f"gang placed: {args.pods}/{args.pods} pods scheduled after {self.elapsed()} s")
+            raise Exit(0, self.placed_line())
         self.check_workflow()
-        reason = (f"gang not placed within {args.timeout:g} s: {len(latest.placed)}/{args.pods} pods scheduled; "
-                  + "; ".join(latest.reasons()))
+        reason = (f"{self.not_placed()}: {len(latest.placed)}/{args.pods} pods scheduled; "
+                  + "; ".join(latest.reasons(with_host=args.what == "pods")))
         say(reason)
         write_termination_log(args.termination_log, reason)
         self.stop_workflow(reason)
@@ -263,12 +278,15 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="Exit status: 0 placed, or nothing to watch; 1 not placed in time, and the Workflow was\n"
                "stopped; 2 usage, RBAC (403), a rejected token, or no answer from the API at the deadline\n"
                "(the Workflow is then left alone).")
-    p.add_argument("--workflow", required=True, help="the Workflow's name ({{workflow.name}})")
-    p.add_argument("--namespace", required=True, help="its namespace ({{workflow.namespace}})")
+    p.add_argument("--workflow", required=True, help="the Workflow's name (Argo's workflow.name)")
+    p.add_argument("--namespace", required=True, help="its namespace (Argo's workflow.namespace)")
     p.add_argument("--pods", type=positive(int), required=True,
                    help="number of training pods, one per node rank 0..PODS-1")
     p.add_argument("--timeout", type=positive(float), required=True,
                    help="seconds the gang may take to be placed, counted from this watch's start")
+    p.add_argument("--what", choices=("gang", "pods"), default="gang",
+                   help="gang: the pods form a gang (scheduling.gang); pods: a job without a gang, each node's pod "
+                        "must be scheduled in time (its host named when it is not) (default: %(default)s)")
     p.add_argument("--podgroup", default=None, type=podgroup_path,
                    help="GROUP/VERSION/RESOURCE/NAME of the gang's PodGroup, deleted when the watch stops the "
                         "Workflow (needs delete on that resource)")
@@ -286,7 +304,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    if "{{" in args.workflow or "{{" in args.namespace or "{{" in (args.podgroup or ""):
+    # An Argo tag left as written; the text is built so that this file, which the Workflow carries in a
+    # ConfigMap, holds none itself (Argo would substitute it there).
+    if any(ARGO_TAG in (word or "") for word in (args.workflow, args.namespace, args.podgroup)):
         print(f"{PREFIX} error: --workflow/--namespace hold an unsubstituted Argo variable "
               f"({args.workflow!r}, {args.namespace!r}); run it as an Argo task or pass the names",
               file=sys.stderr, flush=True)
@@ -302,6 +322,11 @@ def main(argv: list[str] | None = None) -> int:
         Watch(args, Api(server, args.token_file, args.ca_file)).run()
         return 0  # not reached: run() ends with Exit
     except Exit as done:
+        if done.code == 2 and args.what == "pods":
+            # Without a gang the job can run without this bound: a watch that cannot read the
+            # API (no RBAC, no token) says so and steps aside instead of failing the job.
+            done = Exit(0, f"warning: not watching scheduling ({done.message.removeprefix('error: ')}); the job "
+                           f"runs without scheduling.timeout's bound", sys.stderr)
         if done.message:
             say(done.message, stream=done.stream)
             if done.code != 0 and done.terminate_note:

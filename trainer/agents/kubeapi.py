@@ -12,7 +12,12 @@ import urllib.error
 import urllib.parse
 import urllib.request
 
-from trainer.errors import TrainerError
+try:  # the trainer's one exception root, where trainer/ is there (torchdag's image)
+    from trainer.errors import TrainerError
+except ImportError:  # delivered alone, by the Workflow's ConfigMap
+
+    class TrainerError(Exception):  # type: ignore[no-redef]
+        """The root of the agents' own errors."""
 
 PREFIX = "[gang-watch]"
 REQUEST_TIMEOUT = 10.0

@@ -10,8 +10,7 @@ Prints one line per finding (``preflight: ok|warning|error: ...``) and exits
 command; on success the NIC variables are exported and the command replaces
 this process (argv passed through unchanged); on failure it is not run.
 
-Standard library only (plus ``ip`` from iproute2 when present), so it runs
-before anything heavy is imported and cannot be broken by torch_npu.
+Standard library only (plus ``ip`` from iproute2 when present): it cannot be broken by torch_npu.
 """
 
 from __future__ import annotations
@@ -33,6 +32,7 @@ import sys
 import time
 
 OK, WARNING, ERROR = "ok", "warning", "error"
+NPU_CONTROL_FILES = ["/dev/davinci_manager", "/dev/devmm_svm", "/dev/hisi_hdc"]  # beside /dev/davinciN
 
 
 @dataclasses.dataclass(frozen=True)
@@ -230,15 +230,11 @@ def check_port_free(port: int) -> Finding:
 
 def _visible(env_name: str, count: int) -> int:
     raw = os.environ.get(env_name)
-    if raw is None:
-        return count
-    ids = [x for x in raw.split(",") if x.strip()]
-    return min(count, len(ids))
+    return count if raw is None else min(count, len([x for x in raw.split(",") if x.strip()]))
 
 
 def visible_devices(kind: str) -> int:
-    """Device nodes mounted into this container, limited by the visibility
-    variables -- no torch import needed."""
+    """Device nodes mounted into this container, limited by the visibility variables -- no torch import."""
     if kind == "npu":
         n = len([p for p in glob.glob("/dev/davinci*") if re.fullmatch(r"/dev/davinci\d+", p)])
         return _visible("ASCEND_RT_VISIBLE_DEVICES", n)
@@ -248,9 +244,23 @@ def visible_devices(kind: str) -> int:
     return os.cpu_count() or 1
 
 
+def check_device_access(paths: list[str]) -> Finding | None:
+    """A device file there but not ours to open (root, capabilities dropped, not in the device group:
+    Project-HAMi/ascend-device-plugin#139). access(2), as an open may claim the device."""
+    if not (blocked := [p for p in paths if os.path.exists(p) and not os.access(p, os.R_OK | os.W_OK)]):
+        return None
+    info = os.stat(blocked[0])
+    return Finding(ERROR, f"{blocked[0]} exists but cannot be opened by uid {os.getuid()} (owner {info.st_uid}:"
+                          f"{info.st_gid}, mode {info.st_mode & 0o777:o}; {len(blocked)} such file(s)): set "
+                          f"ascend.deviceGroup: {info.st_gid} (supplementalGroups) or keep CAP_DAC_OVERRIDE "
+                          "(containerSecurity.addCapabilities); see docs/ascend.md")
+
+
 def check_devices(kind: str, nproc: int) -> Finding:
     if kind == "cpu":
         return Finding(OK, f"device cpu: {nproc} process(es) need no accelerator")
+    if kind == "npu" and (blocked := check_device_access(sorted(glob.glob("/dev/davinci[0-9]*")) + NPU_CONTROL_FILES)):
+        return blocked
     n = visible_devices(kind)
     if n < nproc:
         return Finding(ERROR, f"{n} visible {kind} device(s) < nproc-per-node {nproc}; request more devices "
@@ -317,8 +327,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="trainer/agents/preflight.py", allow_abbrev=False,
         description="Per-node checks before torchrun; optional NIC discovery and exec.",
-        epilog="Exit status: 0 no error found (or, with --exec, the command's own), 1 an error was "
-               "found (the command is not run), 2 usage, 127 the command could not be started.")
+        epilog="Exit status: 0 no error found (or, with --exec, the command's own), 1 an error was found (the "
+        "command is not run), 2 usage, 127 the command could not be started.")
     p.add_argument("--master-addr", required=True, help="the master node's address (node rank 0)")
     p.add_argument("--master-port", type=int, required=True, help="the rendezvous port (--master_port)")
     p.add_argument("--node-rank", type=int, required=True, help="this node's rank; 0 is the master")
