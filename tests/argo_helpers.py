@@ -61,6 +61,20 @@ def substitute(value: Any, parameters: dict[str, str], workflow_name: str = "wf-
     return json.loads(re.sub(r"\{\{([^{}]+)\}\}", replace, text))
 
 
+def _through_retry_wrapper(templates: dict, name: str, parameters: dict) -> tuple[dict, str]:
+    """Under failurePolicy.recovery node a task calls its shape's retry wrapper, whose `train`
+    step calls the container template: that step's parameters (first attempt: retries 0)."""
+    steps = templates[name].get("steps")
+    if not steps:
+        return parameters, name
+    train = next(step for group in steps for step in group if step["name"] == "train")
+    given = {**{f"{{{{inputs.parameters.{key}}}}}": value for key, value in parameters.items()}, "{{retries}}": "0",
+             # the one expression it holds: whether this node (rank 0) hosts the rendezvous store
+             "{{=inputs.parameters['node-rank'] == '0' ? 'true' : 'false'}}": str(parameters.get("node-rank") == "0")
+             .lower()}
+    return {p["name"]: given.get(p["value"], p["value"]) for p in train["arguments"]["parameters"]}, train["template"]
+
+
 def task_pods(doc: dict) -> dict[str, dict]:
     """Each DAG task as the Pod Argo would create for it (the main container only)."""
     spec = doc["spec"]
@@ -68,10 +82,11 @@ def task_pods(doc: dict) -> dict[str, dict]:
     dag = templates[spec["entrypoint"]]["dag"]
     pods = {}
     for task in dag["tasks"]:
-        if "container" not in templates[task["template"]]:
+        if "container" not in templates[_through_retry_wrapper(templates, task["template"], {})[1]]:
             continue  # the gang's PodGroup (a resource template) is no training pod
         parameters = {p["name"]: p["value"] for p in (task.get("arguments") or {}).get("parameters") or []}
-        template = substitute(templates[task["template"]], parameters)
+        parameters, name = _through_retry_wrapper(templates, task["template"], parameters)
+        template = substitute(templates[name], parameters)
         container = dict(template["container"], name="main")
         pod_spec: dict = {"containers": [container], "restartPolicy": "Never"}
         for key in ("affinity", "nodeSelector", "tolerations"):

@@ -382,7 +382,7 @@ FIT_CASES += [
 def fit_values(values: dict) -> dict:
     """A drawn values file moved off the refusals of items 8 and 11 (tests/chart/test_chart_parity.py's
     strategy draws valid files): a port that can be bound, processGroup at least HCCL's step
-    on Ascend, no more restarts than the deadline holds."""
+    on Ascend, no more restarts than the deadline holds, elastic.minNodes only where it can work."""
     ascend = any(node.get("accelerator", "cpu").startswith("ascend") for node in values["nodes"])
     port = values.get("port", 29500)
     security, context = values.get("containerSecurity") or {}, values.get("securityContext") or {}
@@ -400,4 +400,8 @@ def fit_values(values: dict) -> dict:
         while fit < policy["maxRestarts"] and waited + step * 2**fit < deadline:
             waited, fit = waited + step * 2**fit, fit + 1
         policy["maxRestarts"] = fit
+    elastic = values.get("elastic") or {}  # elastic.minNodes only with node recovery, at most every node
+    if elastic.get("minNodes") and (not policy.get("maxRestarts") or policy.get("recovery") == "job"
+                                    or elastic["minNodes"] > len(values["nodes"])):
+        elastic.pop("minNodes")  # refusals: tests/render/test_elastic_render.py
     return values

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))  # torchdag's catalogue and agents
 SCHEMA = REPO / "schema" / "values.schema.json"
 CATALOG = REPO / "torchdag" / "catalog.yaml"
 CHART = REPO / "chart"
@@ -299,7 +300,6 @@ def _any_prefix(flag: str) -> str:
 def generated_definitions(schema: dict) -> dict[str, dict]:
     """The schema's `$defs` from the catalogue and the schema's defaults; both renderers enforce their rules
     (env-reserved, launcher-planned-flag, resource-name-kind, volume-builtin-name, null-deletes-default, fit's)."""
-    sys.path.insert(0, str(REPO))
     from torchdag import catalog
 
     # A planned flag in either spelling (--node-rank, --node_rank) or any prefix of it, which argparse
@@ -340,7 +340,6 @@ def catalog_tpl(catalog: dict, schema: dict) -> str:
     it: `kinds` (each accelerator with its device's facts merged in) and the required keys'
     placeholders. Go templates
     would read a `{{` in the data as an action, so each is written as a string action."""
-    sys.path.insert(0, str(REPO))
     from torchdag import catalog as facts
 
     data = {**catalog, "kinds": {kind: facts.accelerator(kind) for kind in catalog["accelerators"]},
@@ -358,16 +357,18 @@ def catalog_tpl(catalog: dict, schema: dict) -> str:
 def outputs() -> dict[Path, str]:
     import yaml
 
+    from torchdag.agents import agent_files
+
     catalog = yaml.safe_load(CATALOG.read_text(encoding="utf-8"))
     schema_text = schema_with_catalog(SCHEMA.read_text(encoding="utf-8"), list(catalog["accelerators"]))
-    schema = json.loads(schema_text)
-    values_text = values_yaml(schema)
+    values_text = values_yaml(schema := json.loads(schema_text))
     return {
         SCHEMA: schema_text,
         CHART / "templates" / "_catalog.tpl": catalog_tpl(catalog, schema),
         CHART / "values.schema.json": schema_text,
         CHART / "values.yaml": values_text,
         CHART / "README.md": readme(values_text),
+        **{CHART / "files" / "agents" / name: text for name, text in agent_files().items()},
     }
 
 
@@ -381,8 +382,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     stale = []
     for path, text in outputs().items():
-        current = path.read_text(encoding="utf-8") if path.exists() else None
-        if current == text:
+        if (path.read_text(encoding="utf-8") if path.exists() else None) == text:
             continue
         stale.append(path)
         if not args.check:

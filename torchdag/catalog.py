@@ -115,7 +115,8 @@ def _texts(entries: list) -> list[str]:
 
 
 def builtin_volumes() -> list[str]:
-    return [catalog()["shmVolume"]["name"]] + [mount["name"] for mount in catalog()["ascendMounts"]]
+    return ([catalog()["shmVolume"]["name"]] + [mount["name"] for mount in catalog()["ascendMounts"]]
+            + [catalog()["agents"]["volume"]])
 
 
 @functools.lru_cache(maxsize=None)

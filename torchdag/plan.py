@@ -20,13 +20,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from .access import ascend_pod_security
+from .agents import agents_plan
 from .catalog import accelerator, catalog, fill, hccl_exec_timeout, hccl_limit, is_ipv4, items, resource_name
 from .yamlout import dollar_escape, quantity, quote
 
 # Argo fills this in a template with a retryStrategy: 0 on the first attempt, then 1, 2...
 ARGO_RETRIES = "{{retries}}"
 # The container templates' input parameters (catalog `container.parameters` picks per shape).
-INPUTS = ("host", "node-rank", "nic", "if-ip", "restart")
+INPUTS = ("host", "node-rank", "nic", "if-ip", "restart", "rdzv-host")
+# Input parameters the node-recovery retry wrapper fills itself: no DAG task passes them.
+WRAPPER_FILLED = ("rdzv-host",)
 
 
 def argo_parameter(name: str) -> str:
@@ -50,6 +54,7 @@ class Shape:
     resources: dict  # {"requests": {...}, "limits": {...}}, sections only when non-empty
     mounts: tuple[dict, ...]  # volumeMounts entries
     set_env: bool  # the command starts with the set_env.sh wrapper
+    pod_security: tuple[str, ...] = ()  # the template's securityContext lines (torchdag/access.py), () for none
 
 
 @dataclass(frozen=True)
@@ -78,6 +83,7 @@ class NodeLoop:
     shape: Shape
     arguments: tuple[tuple[str, str], ...]  # the shape's parameters from `{{item.<key>}}` (and `{{retries}}`)
     items: tuple[str, ...]  # one flow mapping per machine, in rank order: its parameters' values by key
+    elastic: bool = False  # every machine in it is an elastic member (elastic.minNodes)
 
 
 @dataclass
@@ -86,8 +92,11 @@ class Plan:
     nodes: list[NodePlan]  # in rank order: the master first
     shapes: list[Shape]
     volumes: list[dict]  # the pod volumes, in print order
-    retry: dict | None  # the train DAG's retryStrategy (failurePolicy), or None
+    retry: dict | None  # the train DAG's retryStrategy (failurePolicy recovery job), or None
+    node_retry: dict | None  # each node's own retryStrategy (recovery node), or None
+    elastic_from: int  # the first elastic member's rank (elastic.minNodes); the node count when none
     gang: dict | None  # gang scheduling (scheduling.gang): pod fields and the PodGroup manifest, or None
+    watch: dict  # the task bounding scheduling (scheduling.timeout): its name and command
     network: dict | None  # the pod network (network_plan below), or None on the host network
     depends: str  # what every node task waits for ("" for nothing)
     loops: list[NodeLoop] | None  # the nodes' loop tasks past argoFullCrdMaxItems tasks; None: a task per node
@@ -96,6 +105,7 @@ class Plan:
     backend: str
     backend_reason: str
     world_size: int
+    agents: dict | None = None  # the helpers' ConfigMap (torchdag/agents.py), or None: the image has them
     master: NodePlan = field(init=False)
 
     def __post_init__(self) -> None:
@@ -106,6 +116,22 @@ class Plan:
         """The training pods' scheduler: scheduling.schedulerName, with or without a gang;
         under a gang its default is the gang scheduler's (catalogue `gangs`)."""
         return self.gang["scheduler_name"] if self.gang else self.values["scheduling"]["schedulerName"]
+
+    @property
+    def dependencies(self) -> list[str] | None:
+        """With elastic members the node tasks wait through `dependencies`, not `depends`:
+        Argo v4's full CRDs refuse `continueOn` beside `depends`. None: `depends` as ever."""
+        if self.elastic_from >= len(self.nodes):
+            return None
+        return self.depends.split(" && ") if self.depends else []
+
+    def task_template(self, shape: Shape) -> str:
+        """The template a node task calls: under node recovery the shape's retry wrapper."""
+        return shape.name + "-retry" if self.node_retry else shape.name
+
+    def task_arguments(self, arguments: tuple) -> tuple:
+        """A node task's arguments; under node recovery the wrapper passes `restart` itself."""
+        return tuple(pair for pair in arguments if not (self.node_retry and pair[0] == "restart"))
 
     @property
     def labels(self) -> dict:
@@ -141,6 +167,17 @@ def resolve_backend(values: dict) -> tuple[str, str]:
     return backend, fill(reasons["auto"], {"kind": kind})
 
 
+def node_recovery(values: dict) -> bool:
+    """failurePolicy.recovery node with restarts: each node's task retries on its own."""
+    policy = values["failurePolicy"]
+    return bool(policy["maxRestarts"]) and policy["recovery"] == "node"
+
+
+def elastic_from(values: dict) -> int:
+    """The first rank of the elastic members (elastic.minNodes; the node count when 0)."""
+    return int(values["elastic"]["minNodes"]) or len(values["nodes"])
+
+
 def _number(value) -> str:
     return str(int(value)) if value else ""
 
@@ -161,6 +198,12 @@ def job_facts(values: dict, backend: str, master_address: str) -> dict:
         "hcclConnect": _number(timeouts["hcclConnect"]),
         "hcclExecTimeout": str(hccl_exec_timeout(timeouts["processGroup"])) if timeouts["processGroup"] else "",
         "restarts": bool(values["failurePolicy"]["maxRestarts"]),
+        "recovery": values["failurePolicy"]["recovery"] if node_recovery(values) else "job",
+        "nodeRecovery": node_recovery(values),
+        "maxRestarts": str(int(values["failurePolicy"]["maxRestarts"])),
+        "minNodes": str(elastic_from(values)),
+        "rejoinSeconds": str(int(values["elastic"]["rejoinSeconds"])),
+        "run": catalog()["network"]["run"],
         "whitelistDisable": bool(values["ascend"]["whitelistDisable"]),
         "podNetwork": is_pod(values),
         "rendezvousWait": rendezvous_wait(values),
@@ -200,10 +243,18 @@ def _command(values: dict, facts: dict) -> list[str]:
     return words[:fixed] + [dollar_escape(word) for word in words[fixed:]]
 
 
+def recorder(values: dict) -> list[str]:
+    """launcher.recordErrors: the runner that records a child's exception for torchrun, as [path] or []."""
+    agents = catalog()["agents"]
+    if not values["launcher"]["recordErrors"] or set(values["launcher"]["extraArgs"]) & set(agents["notPython"]):
+        return []
+    return [f"{agents['path']}/{agents['recorder']}"]
+
+
 def _args(values: dict, facts: dict) -> list[str]:
     # torchrun passes the script and its arguments through string.Template for its
     # ${local_rank} macro, which turns $$ into $: they are escaped twice (that, and Kubernetes).
-    script = [dollar_escape(word) for word in [values["script"], *values["args"]]]
+    script = [dollar_escape(word) for word in [*recorder(values), values["script"], *values["args"]]]
     words = items(catalog()["container"]["launcherArgs"], facts) + values["launcher"]["extraArgs"] + script
     return [dollar_escape(word) for word in words]
 
@@ -243,6 +294,7 @@ def _shape(values: dict, facts: dict, resources: dict, mounts_driver: bool) -> d
         "resources": resources,
         "mounts": tuple(_mounts(values, facts, mounts_driver)),
         "set_env": bool(facts["ascend"] and values["ascend"]["setEnvScript"]),
+        "pod_security": ascend_pod_security(values, facts["ascend"]),
     }
 
 
@@ -261,29 +313,39 @@ def _shape_names(shapes: list[dict]) -> None:
         shape["name"] = name if taken[name] == 1 else f"{name}-{taken[name]}"
 
 
-def flat_tasks(nodes: int, gang: dict | None, network: dict | None) -> int:
-    """The DAG's tasks with one task per node: the nodes, the gang's one or two, the Service."""
-    return nodes + (2 if gang and gang["manifest"] else 1 if gang else 0) + (1 if network else 0)
+def flat_tasks(nodes: int, gang: dict | None, network: dict | None, agents: dict | None = None) -> int:
+    """The DAG's tasks with one task per node: the nodes, the watch, the gang's PodGroup, the Service,
+    the helpers."""
+    return nodes + 1 + (1 if gang and gang["manifest"] else 0) + (1 if network else 0) + (1 if agents else 0)
 
 
-def node_loops(nodes: list[NodePlan], shapes: list[Shape]) -> list[NodeLoop]:
+def node_loops(nodes: list[NodePlan], shapes: list[Shape], first_elastic: int) -> list[NodeLoop]:
     """Each shape's machines, in rank order, as loop tasks of at most maxItems items. An
     item holds what the flat shape gives each node task as arguments, except what all the
     shape's machines share (a NIC name, say, and `{{retries}}`), which the task passes as
-    it is; the naming keys are always there, as Argo names each pod's node after its item."""
+    it is; the naming keys are always there, as Argo names each pod's node after its item.
+    A loop task holds either no elastic member or only elastic members (first_elastic on)."""
     entry = catalog()["nodeLoops"]
     keys, size = entry["keys"], int(entry["maxItems"])
     loops: list[NodeLoop] = []
     for shape in shapes:
+        ranks = [node.rank for node in nodes if node.shape is shape]
         members = [dict(node.arguments) for node in nodes if node.shape is shape]
         varying = [name for name in sorted(keys, key=keys.get) if name in members[0]
                    and (name in entry["naming"] or len({given[name] for given in members}) > 1)]
         arguments = tuple((name, "{{item." + keys[name] + "}}" if name in varying else value)
                           for name, value in members[0].items())
-        for start in range(0, len(members), size):
-            texts = tuple("{" + ", ".join(f"{quote(keys[name])}: {quote(given[name])}" for name in varying) + "}"
-                          for given in members[start:start + size])
-            loops.append(NodeLoop(fill(entry["task"], {"index": len(loops)}), shape, arguments, texts))
+        chunks: list[list[int]] = []
+        for position, rank in enumerate(ranks):
+            elastic = rank >= first_elastic
+            if not chunks or len(chunks[-1]) == size or elastic != (ranks[chunks[-1][0]] >= first_elastic):
+                chunks.append([])
+            chunks[-1].append(position)
+        for chunk in chunks:
+            texts = tuple("{" + ", ".join(f"{quote(keys[name])}: {quote(members[at][name])}" for name in varying) + "}"
+                          for at in chunk)
+            loops.append(NodeLoop(fill(entry["task"], {"index": len(loops)}), shape, arguments, texts,
+                                  ranks[chunk[0]] >= first_elastic))
     return loops
 
 
@@ -297,6 +359,11 @@ def make_plan(values: dict) -> Plan:
     mounts_driver = bool(values["ascend"]["mountDriver"]) and any(accelerator(kind)["ascend"] for kind in kinds)
     pod = is_pod(values)
     job = job_facts(values, backend, master_address(values) if pod else master.get("address") or master["name"])
+
+    runs_preflight = values["preflight"]["enabled"] or pod or any(
+        (node.get("nic") or (values["network"]["nic"] if pod else "")) == "auto" for node in nodes)
+    agents = agents_plan(values, {"recorder": bool(recorder(values)), "preflight": runs_preflight,
+                                  "gang": values["scheduling"]["gang"] != "none"})
 
     specs: dict[tuple, dict] = {}  # shape key -> the shape's fields, in first-seen order
     placed = []
@@ -315,34 +382,40 @@ def make_plan(values: dict) -> Plan:
         placed.append((rank, index, node, kind, devices, address, nic, key))
 
     _shape_names(list(specs.values()))
+    for spec in specs.values() if agents else ():
+        spec["mounts"] += (agents["mount"],)
     shapes = {key: Shape(**{k: v for k, v in spec.items() if k not in ("base", "suffixes")}) for key,
               spec in specs.items()}
     planned = []
     for rank, index, node, kind, devices, address, nic, key in placed:
         shape = shapes[key]
         facts = {"host": node["name"], "node-rank": str(rank), "nic": nic, "if-ip": address, "restart": ARGO_RETRIES}
-        arguments = tuple((name, facts[name]) for name in shape.parameters)
+        arguments = tuple((name, facts[name]) for name in shape.parameters if name not in WRAPPER_FILLED)
         planned.append(NodePlan(index, rank, node["name"], address, nic, kind, devices, shape, arguments))
 
     gang_plan, network = gang(values, planned), network_plan(values)
     loops = None
-    if flat_tasks(len(planned), gang_plan, network) > catalog()["argoFullCrdMaxItems"]:
-        loops = node_loops(planned, list(shapes.values()))
+    if flat_tasks(len(planned), gang_plan, network, agents) > catalog()["argoFullCrdMaxItems"]:
+        loops = node_loops(planned, list(shapes.values()), elastic_from(values))
     return Plan(
         values=values,
         nodes=planned,
         shapes=list(shapes.values()),
-        volumes=volumes(values, mounts_driver),
-        retry=retry_strategy(values),
+        volumes=volumes(values, mounts_driver) + ([agents["volume"]] if agents else []),
+        retry=retry_strategy(values) if not node_recovery(values) else None,
+        node_retry=retry_strategy(values) if node_recovery(values) else None,
+        elastic_from=elastic_from(values),
         gang=gang_plan,
+        watch=scheduling_watch(values, planned, gang_plan),
         network=network,
-        depends=node_depends(gang_plan, network),
+        depends=" && ".join(filter(None, [node_depends(gang_plan, network), agents and agents["task"]])),
         loops=loops,
         master_address=job["masterAddress"],
         security=container_security(values),
         backend=backend,
         backend_reason=reason,
         world_size=sum(node.devices for node in planned),
+        agents=agents,
     )
 
 
@@ -447,6 +520,18 @@ def gang(values: dict, nodes: list) -> dict | None:
         gang["manifest"] = [f"apiVersion: {quote(group['apiVersion'])}", 'kind: "PodGroup"', "metadata:",
                             f"  name: {quote(GANG_NAME)}", "spec:", *[f"  {line}" for line in spec]]
     return gang
+
+
+def scheduling_watch(values: dict, nodes: list, gang_plan: dict | None) -> dict:
+    """The task that bounds scheduling (scheduling.timeout) in every job: under a gang the
+    gang watch; without one the same agent (--what=pods) stops the Workflow when any node's
+    pod stays unscheduled past the timeout, naming its host and the scheduler's reason."""
+    if gang_plan:
+        return {"task": "gang-watch", "command": gang_plan["watch"]}
+    scheduling = values["scheduling"]
+    command = [*scheduling["watchCommand"], f"--workflow={GANG_NAME}", "--namespace={{workflow.namespace}}",
+               f"--pods={len(nodes)}", f"--timeout={int(scheduling['timeout'])}", "--what=pods"]
+    return {"task": "schedule-watch", "command": [dollar_escape(word) for word in command]}
 
 
 # --- the pod network ---------------------------------------------------------------------------

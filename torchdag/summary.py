@@ -30,8 +30,13 @@ def summary_lines(plan: Plan, short: bool = False) -> list[str]:
         "gang": catalog.fill(texts["gang"]["none" if scheduling["gang"] == "none" else "some"], fields),
         "podNetwork": plan.network is not None, "run": catalog.catalog()["network"]["run"],
         "restarts": int(v["failurePolicy"]["maxRestarts"]), "hcclExecTimeout": hccl, "pgTimeout": int(pg_timeout or 0),
+        "nodeRecovery": plan.node_retry is not None, "minNodes": plan.elastic_from,
         "hcclRounded": bool(pg_timeout) and hccl != int(pg_timeout)
                        and any(catalog.is_ascend(shape.accelerator) for shape in plan.shapes),
+        "cpuBuckets": plan.backend == "gloo" and any(shape.device != "cpu" for shape in plan.shapes),
+        "agentsCarried": bool(plan.agents), "agentsFromImage": not v["agents"]["fromWorkflow"],
+        "agentCount": len(plan.agents["files"]) if plan.agents else 0,
+        "agentsPath": catalog.catalog()["agents"]["path"],
     }
     lines = catalog.items(texts["lines"], facts)
     header = ("rank", "node", "address", "nic", "accelerator", "devices", "template")

@@ -142,6 +142,21 @@ def _restart_problems(values: dict) -> list[Problem]:
                     next=fit + 1, waited=waited, deadline=deadline, backoff=policy["backoffSeconds"])]
 
 
+def _elastic_problems(values: dict) -> list[Problem]:
+    """Rules elastic-needs-node-recovery and elastic-min-nodes: elastic.minNodes names how
+    few machines the job may train on, which only node recovery can do, and at most every node."""
+    minimum = _section(values, "elastic").get("minNodes")
+    if not isinstance(minimum, int) or isinstance(minimum, bool) or not minimum:
+        return []
+    policy, nodes = _section(values, "failurePolicy"), values.get("nodes")
+    problems = []
+    if not policy.get("maxRestarts") or policy.get("recovery", "node") != "node":
+        problems.append(problem("elastic-needs-node-recovery", ("elastic", "minNodes")))
+    if isinstance(nodes, list) and minimum > len(nodes):
+        problems.append(problem("elastic-min-nodes", ("elastic", "minNodes"), min=minimum, count=len(nodes)))
+    return problems
+
+
 def _kinds(values: dict) -> list[tuple[int, str]]:
     known = set(catalog.accelerator_kinds())
     out = []
@@ -352,7 +367,8 @@ def validate(values: Any) -> list[Problem]:
     # A field already refused on its own (a quoted number, a value not in its enum) is not also
     # judged by a rule across fields: that rule would read it as something it is not.
     refused = {problem.path for problem in plain}
-    across = [problem for problem in conditional + semantic_problems(values) + _restart_problems(values)
+    rules = semantic_problems(values) + _restart_problems(values) + _elastic_problems(values)
+    across = [problem for problem in conditional + rules
               if problem.path not in refused]
     # A misspelled key leaves its default in place of what was meant: rules across fields would
     # judge that default (a misspelled accelerator reads as cpu, then the backend is wrong), so

@@ -29,6 +29,57 @@ The catalogue as JSON; read it with `include "torchdag.catalog" . | fromJson`. *
       "resource": "nvidia.com/gpu"
     }
   },
+  "agents": {
+    "configMap": "{{ "{{" }}workflow.name}}-agents",
+    "files": [
+      {
+        "if": [
+          "recorder"
+        ],
+        "value": "record.py"
+      },
+      {
+        "if": [
+          "recorder"
+        ],
+        "value": "torchdag_ddp.py"
+      },
+      {
+        "if": [
+          "preflight"
+        ],
+        "value": "preflight.py"
+      },
+      {
+        "if": [
+          "gang"
+        ],
+        "value": "gangwatch.py"
+      },
+      {
+        "if": [
+          "gang"
+        ],
+        "value": "gangpods.py"
+      },
+      {
+        "if": [
+          "gang"
+        ],
+        "value": "kubeapi.py"
+      }
+    ],
+    "notPython": [
+      "--no-python",
+      "--no_python",
+      "-m",
+      "--module"
+    ],
+    "path": "/opt/torchdag/trainer/agents",
+    "recorder": "record.py",
+    "task": "agents",
+    "volume": "torchdag-agents"
+  },
   "argoFullCrdMaxItems": 200,
   "argoMounts": [
     "/var/run/argo",
@@ -146,6 +197,24 @@ The catalogue as JSON; read it with `include "torchdag.catalog" . | fromJson`. *
         ]
       },
       {
+        "if": [
+          "restarts"
+        ],
+        "value": [
+          "TORCHDAG_RECOVERY",
+          "{recovery}"
+        ]
+      },
+      {
+        "if": [
+          "nodeRecovery"
+        ],
+        "value": [
+          "TORCH_DISABLE_SHARE_RDZV_TCP_STORE",
+          "1"
+        ]
+      },
+      {
         "unless": [
           "npu"
         ],
@@ -233,23 +302,94 @@ The catalogue as JSON; read it with `include "torchdag.catalog" . | fromJson`. *
           "HCCL_IF_IP",
           "status.podIP"
         ]
+      },
+      {
+        "if": [
+          "nodeRecovery"
+        ],
+        "value": [
+          "PET_LOCAL_ADDR",
+          "status.podIP"
+        ]
       }
     ],
     "launcherArgs": [
-      "--nnodes={nnodes}",
-      "--node_rank={input:node-rank}",
+      {
+        "unless": [
+          "nodeRecovery"
+        ],
+        "value": "--nnodes={nnodes}"
+      },
+      {
+        "if": [
+          "nodeRecovery"
+        ],
+        "value": "--nnodes={minNodes}:{nnodes}"
+      },
+      {
+        "unless": [
+          "nodeRecovery"
+        ],
+        "value": "--node_rank={input:node-rank}"
+      },
       "--nproc_per_node={devices}",
-      "--master_addr={masterAddress}",
-      "--master_port={port}",
+      {
+        "unless": [
+          "nodeRecovery"
+        ],
+        "value": "--master_addr={masterAddress}"
+      },
+      {
+        "unless": [
+          "nodeRecovery"
+        ],
+        "value": "--master_port={port}"
+      },
+      {
+        "if": [
+          "nodeRecovery"
+        ],
+        "value": "--rdzv-backend=c10d"
+      },
+      {
+        "if": [
+          "nodeRecovery"
+        ],
+        "value": "--rdzv-endpoint={masterAddress}:{port}"
+      },
+      {
+        "if": [
+          "nodeRecovery"
+        ],
+        "value": "--rdzv-id={run}"
+      },
+      {
+        "if": [
+          "nodeRecovery"
+        ],
+        "value": "--rdzv-conf=join_timeout={rendezvousWait},last_call_timeout={rejoinSeconds},is_host={input:rdzv-host}"
+      },
+      {
+        "if": [
+          "nodeRecovery"
+        ],
+        "value": "--max-restarts={maxRestarts}"
+      },
       {
         "if": [
           "launcherMaxRestarts"
+        ],
+        "unless": [
+          "nodeRecovery"
         ],
         "value": "--max_restarts={launcherMaxRestarts}"
       },
       {
         "if": [
           "rendezvous"
+        ],
+        "unless": [
+          "nodeRecovery"
         ],
         "value": "--rdzv_conf=timeout={rendezvous}"
       }
@@ -284,6 +424,12 @@ The catalogue as JSON; read it with `include "torchdag.catalog" . | fromJson`. *
           "restarts"
         ],
         "value": "restart"
+      },
+      {
+        "if": [
+          "nodeRecovery"
+        ],
+        "value": "rdzv-host"
       }
     ],
     "preflightArgs": [
@@ -540,6 +686,8 @@ The catalogue as JSON; read it with `include "torchdag.catalog" . | fromJson`. *
     "arg-too-long": "is {bytes} bytes; Linux refuses a single argument over {limit} bytes (MAX_ARG_STRLEN)",
     "bytes-below-floor": "is {shown}, less than 1Mi: a quantity without a unit counts bytes (64 is 64 bytes), too little for any training container; write the unit, e.g. 64Gi",
     "chart-placeholder": "is required: values.yaml holds only a placeholder ({placeholder}); set it in your values file (helm install NAME chart -f cluster.yaml)",
+    "elastic-min-nodes": "is {min}, but the job has {count} nodes; give at most {count} (0: every node)",
+    "elastic-needs-node-recovery": "needs failurePolicy.maxRestarts > 0 and failurePolicy.recovery: node: only then is each machine's task retried on its own and the others go on without it",
     "env-too-long": "is {bytes} bytes; Linux refuses an environment string over {limit} bytes (MAX_ARG_STRLEN)",
     "image-name-too-long": "has a name of {length} characters{normalized} (registry and repository, without tag and digest); the kubelet cannot parse one over {limit} (InvalidImageName)",
     "name-run-length": "{shown} is {length} characters; render.py names each run after it (generateName '<name>-' plus 5 random characters) and takes at most {limit}, the longest its annotation budget counts on (Argo writes the run's name into every pod's annotations); the chart, which names the Workflow after the release, takes up to 63",
@@ -662,12 +810,42 @@ The catalogue as JSON; read it with `include "torchdag.catalog" . | fromJson`. *
         ],
         "value": "network: pod (headless Service {run}; rank R answers as node-R.{run}); no host network, no host ports"
       },
-      "gang scheduling: {gang}; whole-job restarts: {restarts}",
+      {
+        "unless": [
+          "nodeRecovery"
+        ],
+        "value": "gang scheduling: {gang}; whole-job restarts: {restarts}"
+      },
+      {
+        "if": [
+          "nodeRecovery"
+        ],
+        "value": "gang scheduling: {gang}; node recovery: each node retried alone up to {restarts} times, rendezvous (c10d) at {address}:{port}, at least {minNodes} of {count} nodes; the rendezvous assigns process ranks, the table's rank is the node's pin"
+      },
       {
         "if": [
           "hcclRounded"
         ],
         "value": "HCCL_EXEC_TIMEOUT: {hcclExecTimeout} s (timeouts.processGroup {pgTimeout} s, as CANN reads it: a multiple of {step}, at most {max})"
+      },
+      "script: start the process group with TORCHDAG_BACKEND={backend}: torchdag_ddp.setup() (docs/byo.md)",
+      {
+        "if": [
+          "cpuBuckets"
+        ],
+        "value": "script: gloo carries no NPU/GPU tensors: torchdag_ddp.exchange_on_cpu(model) after DDP(model)"
+      },
+      {
+        "if": [
+          "agentsCarried"
+        ],
+        "value": "helpers: from the Workflow (a ConfigMap of {agentCount} files) at {agentsPath}"
+      },
+      {
+        "if": [
+          "agentsFromImage"
+        ],
+        "value": "helpers: the image must hold them at {agentsPath} (agents.fromWorkflow: false)"
       }
     ],
     "queue": {

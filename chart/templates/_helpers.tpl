@@ -108,8 +108,8 @@ and last four rows of a large job. Takes (dict "plan" "values" "short" "prefix")
 {{- $gang := dict "gang" $scheduling.gang "timeout" (printf "%d" (int64 $scheduling.timeout)) "queue" (include "torchdag.fill" (dict "text" (ternary $texts.queue.some $texts.queue.none (not (empty $scheduling.queue))) "fields" $scheduling)) -}}
 {{- $hccl := ternary "0" (include "torchdag.hcclExecTimeout" (dict "catalog" $plan.catalog "seconds" $pg)) (empty $pg) -}}
 {{- $facts := dict "name" $v.name "count" $count "worldSize" $plan.worldSize "backend" $plan.backend "reason" $plan.backendReason "master" $plan.master.name "address" $plan.masterAddress "port" (int64 $v.port) "podNetwork" (not (empty $plan.network)) "run" $plan.catalog.network.run -}}
-{{- $_ := merge $facts (dict "gang" (include "torchdag.fill" (dict "text" (ternary $texts.gang.none $texts.gang.some (eq $scheduling.gang "none")) "fields" $gang)) "restarts" (int64 $v.failurePolicy.maxRestarts) "hcclExecTimeout" $hccl "pgTimeout" (int64 $pg)) -}}
-{{- $_ := merge $facts (dict "step" (int64 $plan.catalog.hcclExecTimeout.step) "max" (int64 $plan.catalog.hcclExecTimeout.max)) -}}
+{{- $_ := merge $facts (dict "gang" (include "torchdag.fill" (dict "text" (ternary $texts.gang.none $texts.gang.some (eq $scheduling.gang "none")) "fields" $gang)) "restarts" (int64 $v.failurePolicy.maxRestarts) "hcclExecTimeout" $hccl "pgTimeout" (int64 $pg) "nodeRecovery" $plan.nodeRecovery "minNodes" $plan.elasticFrom) -}}
+{{- $_ := merge $facts (dict "step" (int64 $plan.catalog.hcclExecTimeout.step) "max" (int64 $plan.catalog.hcclExecTimeout.max)) (include "torchdag.agentsFacts" (dict "plan" $plan "values" $v) | fromJson) -}}
 {{- range $plan.shapes }}{{ if and $pg (index $plan.catalog.devices .device).ascend (ne $hccl (printf "%d" (int64 $pg))) }}{{ $_ := set $facts "hcclRounded" true }}{{ end }}{{ end -}}
 {{- $short := and .short (gt $count 8) -}}
 {{- $widths := dict "rank" 4 "node" 4 "address" 7 "nic" 3 "accelerator" 11 "devices" 7 "template" 8 -}}

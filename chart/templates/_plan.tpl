@@ -41,9 +41,10 @@ names. Usage: include "torchdag.plan" (dict "root" $ "plan" $plan)
 {{- end -}}
 {{- $_ := set $job "hcclExecTimeout" (ternary "" (include "torchdag.hcclExecTimeout" (dict "catalog" $cat "seconds" $pg)) (empty $pg)) -}}
 {{- $_ := set $job "restarts" (gt $restarts 0) -}}
+{{- include "torchdag.recoveryFacts" (dict "plan" $plan "job" $job "values" $v "catalog" $cat) }}{{ $nodeRecovery := $plan.nodeRecovery }}{{ $elasticFrom := $plan.elasticFrom -}}
 {{- $_ := set $job "whitelistDisable" $v.ascend.whitelistDisable -}}
 {{- $_ := merge $job (dict "podNetwork" $pod "rendezvousWait" (printf "%d" (int64 ($timeouts.rendezvous | default $cat.network.rendezvousDefault)))) -}}
-{{- range list "host" "node-rank" "nic" "if-ip" "restart" }}{{ $_ := set $job (printf "input:%s" .) (printf "{{inputs.parameters.%s}}" .) }}{{ end -}}
+{{- range list "host" "node-rank" "nic" "if-ip" "restart" "rdzv-host" }}{{ $_ := set $job (printf "input:%s" .) (printf "{{inputs.parameters.%s}}" .) }}{{ end -}}
 
 {{- /* the job-wide parts of every container */ -}}
 {{- $mountsDriver := false -}}
@@ -51,7 +52,8 @@ names. Usage: include "torchdag.plan" (dict "root" $ "plan" $plan)
 {{- $userEnv := list -}}
 {{- range $name, $value := $v.env }}{{ $userEnv = append $userEnv (list $name (replace "$" "$$" $value)) }}{{ end -}}
 {{- /* torchrun's ${local_rank} macro reads $$ as $ too: the script and its args are escaped twice (on JSON text) */ -}}
-{{- $scriptArgs := replace "$" "$$" (toJson (prepend ($v.args | default list) $v.script)) | fromJsonArray -}}
+{{- $scriptArgs := replace "$" "$$" (toJson (concat (include "torchdag.recorder" (dict "catalog" $cat "values" $v) | fromJsonArray) (prepend ($v.args | default list) $v.script))) | fromJsonArray -}}
+{{- $agents := include "torchdag.agents" (dict "root" .root "catalog" $cat "values" $v "pod" $pod) | fromJson -}}
 {{- $shmMounts := list -}}
 {{- if $v.shmSize }}{{ $shmMounts = list (dict "name" $cat.shmVolume.name "mountPath" $cat.shmVolume.mountPath) }}{{ end -}}
 {{- $driverMounts := list -}}
@@ -101,8 +103,8 @@ names. Usage: include "torchdag.plan" (dict "root" $ "plan" $plan)
 {{- $_ := set $byBase $base (add1 (get $byBase $base | default 0)) -}}
 {{- $shape := dict "base" $base "suffixes" (include "torchdag.items" (dict "items" $container.shapeSuffixes "facts" $facts) | fromJsonArray) -}}
 {{- $_ := set $shape "parameters" (include "torchdag.items" (dict "items" $container.parameters "facts" $facts) | fromJsonArray) -}}
-{{- $_ := set $shape "mounts" (concat $shmMounts (ternary $driverMounts list (and $entry.ascend $mountsDriver)) $userMounts) -}}
-{{- range $field, $value := dict "accelerator" $kind "device" $entry.device "devices" $devices "command" $command "args" (replace "$" "$$" (toJson $args) | fromJsonArray) "env" $env "fieldEnv" (include "torchdag.items" (dict "items" $container.fieldEnv "facts" $facts) | fromJsonArray) "resources" $resources "setEnv" $setEnv }}{{ $_ := set $shape $field $value }}{{ end -}}
+{{- $_ := set $shape "mounts" (concat $shmMounts (ternary $driverMounts list (and $entry.ascend $mountsDriver)) $userMounts (ternary (list $agents.mount) list (not (empty $agents)))) -}}
+{{- range $field, $value := dict "accelerator" $kind "device" $entry.device "devices" $devices "command" $command "args" (replace "$" "$$" (toJson $args) | fromJsonArray) "env" $env "fieldEnv" (include "torchdag.items" (dict "items" $container.fieldEnv "facts" $facts) | fromJsonArray) "resources" $resources "setEnv" $setEnv "podSecurity" (include "torchdag.ascendPodSecurity" (dict "values" $v "ascend" $entry.ascend) | fromJsonArray) }}{{ $_ := set $shape $field $value }}{{ end -}}
 {{- $_ := set $shapeByKey $key $shape -}}
 {{- $shapes = append $shapes $shape -}}
 {{- end -}}
@@ -110,7 +112,7 @@ names. Usage: include "torchdag.plan" (dict "root" $ "plan" $plan)
 
 {{- $given := dict "host" $node.name "node-rank" (toString $rank) "nic" $nic "if-ip" $address "restart" "{{retries}}" -}}
 {{- $arguments := list -}}
-{{- range $shape.parameters }}{{ $arguments = append $arguments (list . (index $given .)) }}{{ end -}}
+{{- range $shape.parameters }}{{ if ne . "rdzv-host" }}{{ $arguments = append $arguments (list . (index $given .)) }}{{ end }}{{ end -}}
 {{- $_ := set $planned (printf "%08d" $rank) (dict "task" (printf "node-%d" $rank) "rank" $rank "name" $node.name "address" $address "nic" $nic "accelerator" $kind "devices" $devices "shape" $shape "arguments" $arguments) -}}
 {{- $worldSize = add $worldSize $devices -}}
 {{- $rank = add1 $rank -}}
@@ -141,10 +143,12 @@ names. Usage: include "torchdag.plan" (dict "root" $ "plan" $plan)
 {{- end -}}
 {{- end -}}
 
+{{- with $agents }}{{ $volumes = append $volumes .volume }}{{ end -}}
 {{- /* plan.retry_strategy: whole-job restarts */ -}}
-{{- if $restarts }}{{ $_ := set $plan "retry" (dict "limit" (toString $restarts) "retryPolicy" "Always" "backoff" (dict "duration" (printf "%ds" (int64 $v.failurePolicy.backoffSeconds)) "factor" "2")) }}{{ end -}}
-{{- if and $restarts (not $v.timeouts.workflowDeadline) }}{{ $_ := set $plan.retry.backoff "cap" (printf "%ds" (max (int64 $cat.restartBackoffCapSeconds) (int64 $v.failurePolicy.backoffSeconds))) }}{{ end -}}
+{{- if $restarts }}{{ $_ := set $plan (ternary "nodeRetry" "retry" $nodeRecovery) (dict "limit" (toString $restarts) "retryPolicy" "Always" "backoff" (dict "duration" (printf "%ds" (int64 $v.failurePolicy.backoffSeconds)) "factor" "2")) }}{{ end -}}
+{{- if and $restarts (not $v.timeouts.workflowDeadline) }}{{ $_ := set (ternary $plan.nodeRetry $plan.retry $nodeRecovery).backoff "cap" (printf "%ds" (max (int64 $cat.restartBackoffCapSeconds) (int64 $v.failurePolicy.backoffSeconds))) }}{{ end -}}
 {{- include "torchdag.gang" (dict "plan" $plan "values" $v "catalog" $cat "nodes" $planned) -}}
+{{- include "torchdag.watch" (dict "plan" $plan "values" $v "nodes" $planned) -}}
 {{- /* Plan.scheduler_name: scheduling.schedulerName with or without a gang (a gang's default otherwise) */ -}}
 {{- $_ := set $plan "schedulerName" (ternary ($plan.gang | default dict).schedulerName $v.scheduling.schedulerName (not (empty $plan.gang))) -}}
 
@@ -152,11 +156,11 @@ names. Usage: include "torchdag.plan" (dict "root" $ "plan" $plan)
 {{- $net := $cat.network -}}
 {{- $facts := dict "run" $net.run "runLabel" $net.runLabel "port" (printf "%d" (int64 $v.port)) "job" (toJson $v.name) -}}
 {{- if $pod }}{{ $_ := set $plan "network" (dict "run" $net.run "label" (list $net.runLabel $net.run) "patch" (include "torchdag.items" (dict "items" $net.podSpecPatch "facts" $facts) | fromJsonArray) "manifest" (include "torchdag.items" (dict "items" $net.service "facts" $facts) | fromJsonArray)) }}{{ end -}}
-{{- $_ := set $plan "depends" (join " && " (compact (list (ternary "gang" "" (and $plan.gang $plan.gang.manifest | not | not)) (ternary $net.task "" $pod)))) -}}
+{{- $_ := set $plan "depends" (join " && " (compact (list (ternary "gang" "" (and $plan.gang $plan.gang.manifest | not | not)) (ternary $net.task "" $pod) (ternary $cat.agents.task "" (not (empty $agents)))))) -}}
 
 {{- /* plan.node_loops: past argoFullCrdMaxItems DAG tasks, each shape's machines in withItems tasks of at most maxItems */ -}}
-{{- $gangTasks := 0 }}{{ with $plan.gang }}{{ $gangTasks = ternary 2 1 (not (empty .manifest)) }}{{ end -}}
-{{- if gt (add (len $nodes) $gangTasks (ternary 1 0 $pod)) (int $cat.argoFullCrdMaxItems) -}}
+{{- $gangTasks := 1 }}{{ with $plan.gang }}{{ $gangTasks = ternary 2 1 (not (empty .manifest)) }}{{ end -}}
+{{- if gt (add (len $nodes) $gangTasks (ternary 1 0 $pod) (ternary 1 0 (not (empty $agents)))) (int $cat.argoFullCrdMaxItems) -}}
 {{- $loops := list -}}
 {{- range $shape := $shapes -}}
 {{- $first := dict }}{{ $varying := dict -}}
@@ -165,17 +169,19 @@ names. Usage: include "torchdag.plan" (dict "root" $ "plan" $plan)
 {{- with index $cat.nodeLoops.keys $name }}{{ if or (has $name $cat.nodeLoops.naming) (ne (index $first $name) (index $pair 1)) }}{{ $_ := set $varying . $name }}{{ end }}{{ end -}}
 {{- end }}{{ end }}{{ end -}}
 {{- $arguments := list -}}
-{{- range $shape.parameters }}{{ $key := index $cat.nodeLoops.keys . | default "" }}{{ $arguments = append $arguments (list . (ternary (printf "{{item.%s}}" $key) (index $first .) (hasKey $varying $key))) }}{{ end -}}
-{{- $items := list -}}
+{{- range $shape.parameters }}{{ $key := index $cat.nodeLoops.keys . | default "" }}{{ if hasKey $first . }}{{ $arguments = append $arguments (list . (ternary (printf "{{item.%s}}" $key) (index $first .) (hasKey $varying $key))) }}{{ end }}{{ end -}}
+{{- $items := list }}{{ $chunkElastic := false -}}
 {{- range $_, $node := $planned }}{{ if eq $node.shape.name $shape.name -}}
+{{- if and $items (ne $chunkElastic (ge (int $node.rank) (int $elasticFrom))) }}{{ $loops = append $loops (dict "task" (include "torchdag.fill" (dict "text" $cat.nodeLoops.task "fields" (dict "index" (len $loops)))) "shape" $shape "arguments" $arguments "items" $items "elastic" $chunkElastic) }}{{ $items = list }}{{ end -}}
+{{- if not $items }}{{ $chunkElastic = ge (int $node.rank) (int $elasticFrom) }}{{ end -}}
 {{- $given := dict }}{{ range $node.arguments }}{{ $_ := set $given (index . 0) (index . 1) }}{{ end -}}
 {{- $pairs := list }}{{ range $key, $name := $varying }}{{ $pairs = append $pairs (printf "%s: %s" (toJson $key) (toJson (index $given $name))) }}{{ end -}}
 {{- $items = append $items (printf "{%s}" (join ", " $pairs)) -}}
 {{- if eq (len $items) (int $cat.nodeLoops.maxItems) -}}
-{{- $loops = append $loops (dict "task" (include "torchdag.fill" (dict "text" $cat.nodeLoops.task "fields" (dict "index" (len $loops)))) "shape" $shape "arguments" $arguments "items" $items) }}{{ $items = list -}}
+{{- $loops = append $loops (dict "task" (include "torchdag.fill" (dict "text" $cat.nodeLoops.task "fields" (dict "index" (len $loops)))) "shape" $shape "arguments" $arguments "items" $items "elastic" $chunkElastic) }}{{ $items = list -}}
 {{- end -}}
 {{- end }}{{ end -}}
-{{- with $items }}{{ $loops = append $loops (dict "task" (include "torchdag.fill" (dict "text" $cat.nodeLoops.task "fields" (dict "index" (len $loops)))) "shape" $shape "arguments" $arguments "items" .) }}{{ end -}}
+{{- with $items }}{{ $loops = append $loops (dict "task" (include "torchdag.fill" (dict "text" $cat.nodeLoops.task "fields" (dict "index" (len $loops)))) "shape" $shape "arguments" $arguments "items" . "elastic" $chunkElastic) }}{{ end -}}
 {{- end -}}
 {{- $_ := set $plan "loops" $loops }}{{ end -}}
 
@@ -190,7 +196,7 @@ names. Usage: include "torchdag.plan" (dict "root" $ "plan" $plan)
 
 {{- $labels := dict "torchdag.io/job" $v.name -}}
 {{- range $key, $value := $v.labels }}{{ $_ := set $labels $key $value }}{{ end -}}
-{{- range $field, $value := dict "security" $security "nodes" $planned "shapes" $shapes "volumes" $volumes "labels" $labels
+{{- range $field, $value := dict "agents" $agents "security" $security "nodes" $planned "shapes" $shapes "volumes" $volumes "labels" $labels
       "worldSize" $worldSize "master" (index $planned (printf "%08d" 0)) "masterAddress" $job.masterAddress "backend" $backend "backendReason" $reason "catalog" $cat -}}
 {{- $_ := set $plan $field $value -}}
 {{- end -}}

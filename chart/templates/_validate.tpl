@@ -67,6 +67,10 @@ worded by the catalogue's `messages`; one line per problem, all at once. (dict "
 {{- end }}{{ end -}}
 {{- if and $deadline (lt (int $fit) (int $v.failurePolicy.maxRestarts)) }}{{ $problems = append $problems (include "torchdag.problem" (list $cat "restarts-past-deadline" "failurePolicy.maxRestarts" (dict "restarts" (int $v.failurePolicy.maxRestarts) "fit" $fit "next" (add1 $fit) "waited" $waited "deadline" $deadline "backoff" (int64 $v.failurePolicy.backoffSeconds)))) }}{{ end -}}
 
+{{- /* rules elastic-needs-node-recovery, elastic-min-nodes (validate._elastic_problems) */ -}}
+{{- if and $v.elastic.minNodes (or (not $v.failurePolicy.maxRestarts) (ne $v.failurePolicy.recovery "node")) }}{{ $problems = append $problems (include "torchdag.problem" (list $cat "elastic-needs-node-recovery" "elastic.minNodes" dict)) }}{{ end -}}
+{{- if gt (int $v.elastic.minNodes) (len $v.nodes) }}{{ $problems = append $problems (include "torchdag.problem" (list $cat "elastic-min-nodes" "elastic.minNodes" (dict "min" (int $v.elastic.minNodes) "count" (len $v.nodes)))) }}{{ end -}}
+
 {{- /* rules env-too-long, arg-too-long, annotations-too-large: limits in bytes (catalogue `limits`) */ -}}
 {{- $limit := int $cat.limits.argBytes -}}
 {{- range $key, $value := $v.env -}}

@@ -143,6 +143,9 @@ spec:
     emptyDir:
       medium: {{ toJson .emptyDir.medium }}
       sizeLimit: {{ toJson .emptyDir.sizeLimit }}
+    {{- else if .configMap }}
+    configMap:
+      name: {{ toJson .configMap.name }}
     {{- else if .hostPath }}
     hostPath:
       path: {{ toJson .hostPath.path }}
@@ -182,6 +185,7 @@ spec:
       {{- end }}
       - name: "gang-watch"
         template: "gang-watch"
+        {{- include "torchdag.agentsDepends" $plan }}
       {{- end }}
       {{- if $plan.network }}
       - name: "service"
@@ -190,38 +194,26 @@ spec:
       {{- if not $plan.loops }}
       {{- range $plan.nodes }}
       - name: {{ toJson .task }}
-        template: {{ toJson .shape.name }}
-        {{- with $plan.depends }}
-        depends: {{ toJson . }}
-        {{- end }}
-        arguments:
-          parameters:
-          {{- range .arguments }}
-          - name: {{ index . 0 | toJson }}
-            value: {{ index . 1 | toJson }}
-          {{- end }}
+        {{- include "torchdag.nodeTask" (dict "plan" $plan "shape" .shape "arguments" .arguments "elastic" (ge (int .rank) (int $plan.elasticFrom))) }}
       {{- end }}
       {{- else }}
       # A task per group of machines of one template, an item per machine (withItems): a task
       # per machine would pass the tasks Argo's full CRDs allow in a DAG.
       {{- range $plan.loops }}
       - name: {{ toJson .task }}
-        template: {{ toJson .shape.name }}
-        {{- with $plan.depends }}
-        depends: {{ toJson . }}
-        {{- end }}
-        arguments:
-          parameters:
-          {{- range .arguments }}
-          - name: {{ index . 0 | toJson }}
-            value: {{ index . 1 | toJson }}
-          {{- end }}
+        {{- include "torchdag.nodeTask" (dict "plan" $plan "shape" .shape "arguments" .arguments "elastic" .elastic) }}
         withItems:
         {{- range .items }}
         - {{ . }}
         {{- end }}
       {{- end }}
       {{- end }}
+      {{- if not $plan.gang }}
+      - name: {{ toJson $plan.watch.task }}
+        template: {{ toJson $plan.watch.task }}
+        {{- include "torchdag.agentsDepends" $plan }}
+      {{- end }}
+      {{- include "torchdag.agentsTask" $plan }}
   {{- if and $plan.gang $plan.gang.manifest }}
   # The job's one gang: created before any training pod, deleted with the Workflow.
   - name: "gang"
@@ -233,27 +225,8 @@ spec:
         {{ . }}
         {{- end }}
   {{- end }}
-  {{- with $plan.gang }}
-  # Stops the Workflow, naming the unplaced pods, if the gang is not placed in time.
-  - name: "gang-watch"
-    metadata:
-      labels:
-        "torchdag.io/role": "gang-watch"
-    container:
-      image: {{ toJson $v.image }}
-      imagePullPolicy: {{ toJson $v.imagePullPolicy }}
-      command:
-      {{- range .watch }}
-      - {{ toJson . }}
-      {{- end }}
-      env:
-      - name: "PYTHONUNBUFFERED"
-        value: "1"
-      resources:
-        requests:
-          "cpu": "50m"
-          "memory": "64Mi"
-      {{- include "torchdag.containerSecurity" $plan.security }}
+  {{- if $plan.gang }}
+  {{- include "torchdag.watchTemplate" (dict "plan" $plan "v" $v) }}
   {{- end }}
   {{- with $plan.network }}
   # The run's headless Service: a DNS name per node pod (node-<rank>.<run>), deleted with the Workflow.
@@ -266,6 +239,7 @@ spec:
         {{ . }}
         {{- end }}
   {{- end }}
+  {{- include "torchdag.nodeRetry" (dict "plan" $plan "values" $v) }}
   {{- range $shape := $plan.shapes }}
   - name: {{ toJson $shape.name }}
     {{- with $plan.schedulerName }}
@@ -300,6 +274,13 @@ spec:
       {{ . }}
       {{- end }}
         {{- end }}
+    {{- with $shape.podSecurity }}
+    # Ascend device files are HwHiAiUser's, mode 0660: its group opens them with every capability dropped.
+    securityContext:
+      {{- range . }}
+      {{ . }}
+      {{- end }}
+    {{- end }}
     affinity:
       nodeAffinity:
         requiredDuringSchedulingIgnoredDuringExecution:
@@ -360,6 +341,10 @@ spec:
       {{- end }}
       {{- end }}
   {{- end }}
+  {{- if not $plan.gang }}
+  {{- include "torchdag.watchTemplate" (dict "plan" $plan "v" $v) }}
+  {{- end }}
+  {{- include "torchdag.agentsTemplate" $plan }}
 {{- end -}}
 
 {{/* The container_security macro of workflow.yaml.j2: $plan.security at a container's indentation. */}}

@@ -74,16 +74,18 @@ def test_strict_validation_catches_a_wrong_field(helm):
 def test_task_pods_validate_as_kubernetes_pods(helm):
     doc = chart_workflow(helm, REPO / "examples" / "mixed-gloo.yaml")
     pods = task_pods(doc)
-    assert sorted(pods) == ["node-0", "node-1", "node-2"]
+    assert sorted(pods) == ["node-0", "node-1", "node-2", "schedule-watch"]
     for pod in pods.values():
         kubernetes_validate.validate(pod, KUBERNETES_VERSION, strict=True)
 
 
 def test_argo_placeholders_are_exact_tags(helm):
-    """Every `{{` in the output is one of the four input parameters, with no spaces."""
+    """Every `{{` in the output is one of the input parameters or the watch's workflow name and
+    namespace, with no spaces."""
     text = helm_template(helm, REPO / "examples" / "cpu.yaml").stdout
     tags = set(re.findall(r"\{\{[^}]*\}\}", text))
-    assert tags == {"{{inputs.parameters.host}}", "{{inputs.parameters.node-rank}}", "{{inputs.parameters.nic}}"}
+    assert tags == {"{{inputs.parameters.host}}", "{{inputs.parameters.node-rank}}", "{{inputs.parameters.nic}}",
+                    "{{workflow.name}}", "{{workflow.namespace}}"}
     assert text.count("{{") == sum(text.count(tag) for tag in tags)
 
 
@@ -218,6 +220,8 @@ torchdag job big: 20 node(s), world size 160, backend hccl (auto: ascend910 node
 master: n0 (rank 0) at 10.0.0.1:29500
 gang scheduling: none; whole-job restarts: 0
 HCCL_EXEC_TIMEOUT: 544 s (timeouts.processGroup 600 s, as CANN reads it: a multiple of 68, at most 17340)
+script: start the process group with TORCHDAG_BACKEND=hccl: torchdag_ddp.setup() (docs/byo.md)
+helpers: from the Workflow (a ConfigMap of 2 files) at /opt/torchdag/trainer/agents
 rank  node  address    nic   accelerator  devices  template
    0  n0    10.0.0.1   eth0  ascend910    8        ascend910-x8
    1  n1    10.0.0.2   eth1  ascend910    8        ascend910-x8
@@ -306,7 +310,12 @@ def test_rbac_objects_when_enabled(helm, tmp_path):
         assert docs[kind]["metadata"]["namespace"] == "ml"
     assert docs["ServiceAccount"]["metadata"]["name"] == "trainer" == docs["Workflow"]["spec"]["serviceAccountName"]
     assert docs["Role"]["rules"] == [{"apiGroups": ["argoproj.io"], "resources": ["workflowtaskresults"],
-                                      "verbs": ["create", "patch"]}]
+                                      "verbs": ["create", "patch"]},
+                                     {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list"]},
+                                     {"apiGroups": ["argoproj.io"], "resources": ["workflows"],
+                                      "verbs": ["get", "patch"]},
+                                     {"apiGroups": [""], "resources": ["configmaps"],
+                                      "verbs": ["get", "create", "patch"]}]
     binding = docs["RoleBinding"]
     assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
                                   "name": docs["Role"]["metadata"]["name"]}

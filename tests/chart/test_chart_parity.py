@@ -43,6 +43,7 @@ hostile_text = st.lists(
               st.text(st.characters(codec="utf-8", exclude_characters="\x00"), max_size=6)), max_size=6,
 ).map("".join).filter(lambda s: "{{" not in s and not REFUSED.search(s))  # what both refuse (tests/bad_cases.py)
 hostile_nonempty = hostile_text.filter(bool)
+not_flag = hostile_nonempty.filter(lambda s: not s.startswith("--"))  # launcher.extraArgs: no planned flag
 INTERPRETER = re.compile(next(rule["not"]["pattern"] for rule in load_schema()["properties"]["script"]["allOf"]
                               if rule["x-rule"] == "script-interpreter"))  # a program before the script's path
 one_word = hostile_nonempty.map(lambda s: re.sub(r"[\t\n\v\f\r ]", "", s)).filter(bool)  # launcher.python
@@ -75,9 +76,9 @@ ONE_NODE = {backend: [kind for kind in ACCELERATORS if accelerator(kind)["device
 # Sections (objects whose keys have defaults). Both renderers refuse a null section (see
 # test_null_without_meaning_is_refused_by_both), so the strategy never draws one.
 SECTIONS = ("launcher", "timeouts", "workflow", "ascend", "preflight", "rbac", "scheduling", "failurePolicy",
-            "containerSecurity", "network")
-# Keys whose absence means "off" (schema x-null): a null there is valid and deletes the default
-# (failurePolicy's maxRestarts is not one: its strategy draws no null).
+            "containerSecurity", "network", "elastic")
+# Keys whose absence means "off" (schema x-null): a null deletes the default (not failurePolicy's maxRestarts).
+RECOVERY = ["node", "job"]  # failurePolicy.recovery
 NULLABLE = {"rendezvous", "processGroup", "hcclConnect", "workflowDeadline", "ttlSecondsAfterFinished", "maxRestarts"}
 
 
@@ -210,9 +211,8 @@ def values_strategy(draw) -> dict:
         "shmSize": st.one_of(byte_quantity, st.just("")),
         "securityContext": security_context,
         "volumes": volumes_strategy(),
-        "launcher": section(type=st.sampled_from(["torchrun", "launch"]), python=one_word,
-                            maxRestarts=st.integers(0, 10),
-                            extraArgs=st.lists(hostile_nonempty.filter(lambda s: not s.startswith("--")), max_size=3)),
+        "launcher": section(type=st.sampled_from(["torchrun", "launch"]), python=one_word, recordErrors=st.booleans(),
+                            maxRestarts=st.integers(0, 10), extraArgs=st.lists(st.just("-m") | not_flag, max_size=3)),
         "timeouts": section(rendezvous=st.integers(1, 10**6), processGroup=st.integers(1, 10**6),
                             hcclConnect=st.integers(120, 7200), workflowDeadline=st.integers(1, 10**8)),
         "workflow": section(ttlSecondsAfterFinished=st.integers(0, 10**7),
@@ -221,9 +221,10 @@ def values_strategy(draw) -> dict:
                             priorityClassName=st.one_of(st.just(""), dns_label), nodeStatusOffload=st.booleans()),
         "ascend": section(mountDriver=st.booleans(),
                           driverPath=st.sampled_from(["/", "/opt/ascend/driver", "/usr/local/Ascend/driver//", "/d ü"]),
-                          setEnvScript=hostile_text, whitelistDisable=st.booleans(), duoCard=st.booleans()),
-        "preflight": section(enabled=st.booleans(), command=command,
-                             timeout=st.integers(1, 10**4)),
+                          setEnvScript=hostile_text, whitelistDisable=st.booleans(), duoCard=st.booleans(),
+                          deviceGroup=st.one_of(st.none(), st.integers(0, 2**31 - 1))),
+        "preflight": section(enabled=st.booleans(), command=command, timeout=st.integers(1, 10**4)),
+        "agents": section(fromWorkflow=st.booleans()),
         "scheduling": section(gang=st.sampled_from(["none", "volcano", "kueue", "coscheduling"]),
                               queue=st.one_of(st.just(""), dns_label),
                               schedulerName=st.one_of(st.just(""), dns_label), timeout=st.integers(1, 86400),
@@ -232,8 +233,9 @@ def values_strategy(draw) -> dict:
                                      addCapabilities=st.lists(st.sampled_from(["IPC_LOCK", "SYS_PTRACE", "NET_ADMIN"]),
                                                               max_size=2),
                                      seccompProfile=st.sampled_from(["RuntimeDefault", "Unconfined", ""])),
-        "failurePolicy": st.fixed_dictionaries({}, optional={"maxRestarts": st.integers(0, 100),
-                                                             "backoffSeconds": st.integers(1, 86400)}),
+        "failurePolicy": st.fixed_dictionaries({}, optional=dict(
+            maxRestarts=st.integers(0, 100), backoffSeconds=st.integers(1, 86400), recovery=st.sampled_from(RECOVERY))),
+        "elastic": section(minNodes=st.integers(0, 3), rejoinSeconds=st.integers(1, 600)),
         "resourceNames": st.dictionaries(st.sampled_from([k for k in ACCELERATORS if accelerator(k)["resource"]]),
                                          extended_name, max_size=2),
         "automountServiceAccountToken": st.booleans(),

@@ -16,6 +16,7 @@ P = "tests/trainer/test_trainer_preemption.py::"
 C = "tests/trainer/test_trainer_cli.py::"
 W = "tests/trainer/test_trainer_timeouts.py::"  # waits and timeouts
 F = "tests/agents/test_preflight.py::"
+E = "tests/trainer/test_trainer_elastic.py::"
 
 TRAINER = {
     # --- command line
@@ -119,6 +120,14 @@ TRAINER = {
         R + "test_restart_count_and_node_rank_directory",
         P + "test_a_restart_that_finds_no_checkpoint_warns",
     ],
+    "`ARGO_PROGRESS_FILE`": [
+        "tests/trainer/test_trainer_progress.py::test_progress_is_written_for_argo_by_local_rank_0_only",
+        "tests/e2e/test_diagnose_e2e.py::test_diagnose_status_and_logs_name_the_failed_rank_its_cause_and_fix",
+    ],
+    "`TORCHDAG_STALL_REPORT`": [
+        "tests/trainer/test_trainer_progress.py::test_a_stalled_step_is_reported_until_the_next_one",
+        "tests/diagnose/test_diagnose.py::test_a_sigstopped_rank_is_the_hang_while_others_wait_and_after_their_timeout",
+    ],
     "`TORCHDAG_STATUS_FILE`": [
         R + "test_sigterm_to_one_node_saves_the_agreed_step_and_the_retry_resumes",
         P + "test_a_stop_signal_before_the_first_step_has_its_default_action",
@@ -156,7 +165,10 @@ TRAINER = {
         P + "test_stop_agreement_of_the_nccl_path_across_two_ranks",
     ],
     "a worker crashes or is SIGKILLed (OOM)": [T + "test_worker_killed_restarts_and_resumes_exactly"],
-    "a whole node dies (pod gone)": [T + "test_dead_node_fails_fast_then_job_retry_resumes"],
+    "a whole node dies (pod gone)": [T + "test_dead_node_fails_fast_then_job_retry_resumes",
+                                     E + "test_with_min_nodes_two_of_three_go_on_without_the_lost_one"],
+    "one node's pod is deleted or evicted, `recovery: node`": [
+        E + "test_a_node_whose_pod_is_deleted_rejoins_and_the_others_keep_their_agents"],
     "a node hangs, or the network is cut": [T + "test_hung_peer_exits_within_pg_timeout"],
     "a disk is lost (`shared`: rank 0's; `node-local`: any one node's)": [
         P + "test_a_restart_that_finds_no_checkpoint_warns",

@@ -14,7 +14,9 @@ from torchdag import catalog, plan
 from torchdag.values import load_schema
 
 CHART_LOGIC = ("_plan.tpl", "_validate.tpl", "_helpers.tpl")
-CHART_LOGIC_LIMIT = 560  # non-blank lines (issue 20 set 520; the front door round 4 adds rules the schema cannot state)
+# Non-blank lines: issue 20 set 520; the front door round 4 added rules the schema cannot state (560);
+# node recovery, the helpers' ConfigMap and the schedule watch 10 more.
+CHART_LOGIC_LIMIT = 570
 # Rules only one renderer has: the chart's placeholders exist only in chart/values.yaml; the
 # chart names its Workflow after the release (checked there), render.py its runs after `name`.
 ONE_TWIN = {"chart-placeholder": "chart", "release-name-service": "chart", "name-run-length": "python",
@@ -33,7 +35,7 @@ def lines_of(path) -> list[str]:
 # Lines of Python per folder: the product (what the wheel ships) and the test bed grow only
 # by a decision made here; a module is as long as its subject (MODULE_LIMIT only catches a
 # module that has become several).
-FOLDER_BUDGETS = {"torchdag": 4500, "testbed": 4400, "trainer": 2800}
+FOLDER_BUDGETS = {"torchdag": 4500, "testbed": 4800, "trainer": 3000}
 MODULE_LIMIT = 600
 
 
@@ -82,7 +84,8 @@ def _texts(entries: list) -> list[str]:
 def test_every_fact_the_container_lists_name_is_computed_by_the_plan():
     values = {"port": 1, "nodes": [{"name": "a"}], "launcher": {"python": "python3", "maxRestarts": None},
               "preflight": {"timeout": 1}, "timeouts": dict.fromkeys(("rendezvous", "processGroup", "hcclConnect")),
-              "failurePolicy": {"maxRestarts": 0}, "ascend": {"whitelistDisable": False}}
+              "failurePolicy": {"maxRestarts": 0, "recovery": "node"}, "elastic": {"minNodes": 0, "rejoinSeconds": 1},
+              "ascend": {"whitelistDisable": False}}
     facts = plan.shape_facts(plan.job_facts(values, "gloo", "a"), "cpu", 1, "", "a", False)
     container = catalog.catalog()["container"]
     lists = [container[key] for key in ("shapeSuffixes", "parameters", "preflightArgs", "launcherArgs", "env")]

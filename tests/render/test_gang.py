@@ -65,7 +65,7 @@ def test_every_training_pod_joins_the_one_gang_of_n(kind):
     # The bounded wait: the gang watch runs beside the training tasks and stops the
     # Workflow, naming the unplaced pods, if the gang is not placed within scheduling.timeout.
     watch = templates["gang-watch"]
-    assert {"name": "gang-watch", "template": "gang-watch"} in tasks
+    assert {"name": "gang-watch", "template": "gang-watch", "depends": "agents"} in tasks  # its gangwatch.py
     podgroup = {"volcano": ["--podgroup=scheduling.volcano.sh/v1beta1/podgroups/{{workflow.name}}"],
                 "coscheduling": ["--podgroup=scheduling.x-k8s.io/v1alpha1/podgroups/{{workflow.name}}"]}
     assert watch["container"]["command"] == ["python3", "/opt/torchdag/trainer/agents/gangwatch.py",
@@ -74,12 +74,12 @@ def test_every_training_pod_joins_the_one_gang_of_n(kind):
                                              *podgroup.get(kind, [])]
     assert "schedulerName" not in watch and "affinity" not in watch  # not part of the gang
     if kind == "kueue":
-        assert "gang" not in templates and all("depends" not in t for t in tasks)
+        assert "gang" not in templates and all("gang" not in t.get("depends", "") for t in tasks)
         return
     # The PodGroup: applied by the first task, owned by the Workflow, minMember = N.
     assert tasks[0] == {"name": "gang", "template": "gang"}
-    assert "depends" not in next(t for t in tasks if t["name"] == "gang-watch")
-    assert all(t["depends"] == "gang" for t in training)
+    assert next(t for t in tasks if t["name"] == "gang-watch")["depends"] == "agents"  # its helpers, not the gang
+    assert all(t["depends"] == "gang && agents" for t in training)
     resource = templates["gang"]["resource"]
     assert resource["action"] == "apply" and resource["setOwnerReference"] is True
     group = yaml.safe_load(resource["manifest"])

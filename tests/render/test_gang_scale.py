@@ -2,7 +2,9 @@
 makes one Workload podSet per role hash, which torchdag sets to each node template's name
 (else Kueue hashes each pod's spec, host pin included: one podSet per machine, and a Workload
 holds at most 8; more than 8 node templates: tests/bad_cases.py); Volcano's
-and coscheduling's PodGroups count every machine and, for Volcano, every device."""
+and coscheduling's PodGroups count every machine and, for Volcano, every device. The image
+carries torchdag's helpers here (agents.fromWorkflow false): a gang's helpers in the Workflow
+(about 60 KB, docs/byo.md) leave no room for a restart's status at this size."""
 
 from __future__ import annotations
 
@@ -23,7 +25,8 @@ def rendered(tmp_path_factory) -> dict:
     out = {}
     for kind, scheduling in GANGS.items():
         path = big_values(tmp_path_factory.mktemp(kind) / "v.yaml", MACHINES,
-                          f"scheduling: {scheduling}\nfailurePolicy: {{maxRestarts: 1}}\n")
+                          f"scheduling: {scheduling}\nfailurePolicy: {{maxRestarts: 1}}\n"
+                          "agents: {fromWorkflow: false}\n")
         out[kind] = next(d for d in yaml.safe_load_all(build(path)) if d)
     return out
 

@@ -21,6 +21,7 @@ MIXED = {
     "gang-volcano": "scheduling: {gang: volcano, queue: research}\nfailurePolicy: {maxRestarts: 2}\n",
     "gang-kueue": "scheduling: {gang: kueue, queue: research}\n",
     "pod-network": "network: {mode: pod}\n",
+    "elastic": "failurePolicy: {maxRestarts: 1}\nelastic: {minNodes: 150}\n",  # loop tasks split at minNodes
 }
 
 

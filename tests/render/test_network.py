@@ -128,7 +128,7 @@ def test_ascend_binds_the_pod_ip_and_every_node_its_pods_nic():
     assert cpu_env["GLOO_SOCKET_IFNAME"] == "net1" and "HCCL_IF_IP" not in cpu_env  # a node's own nic wins
     assert not any(v.get("hostPath") for v in doc["spec"]["volumes"])  # mountDriver: false
     tasks = doc["spec"]["templates"][0]["dag"]["tasks"]
-    assert all(t["depends"] == "gang && service" for t in tasks if t["name"].startswith("node-"))
+    assert all(t["depends"] == "gang && service && agents" for t in tasks if t["name"].startswith("node-"))
     assert not any(p["name"] == "if-ip" for t in tasks for p in t.get("arguments", {}).get("parameters", []))
 
 

@@ -70,7 +70,7 @@ def test_valid_argo_and_kubernetes(values: Path, golden: Path):
     pods = task_pods(doc)
     training = [name for name in pods if name.startswith("node-")]
     assert len(training) == len(yaml.safe_load(values.read_text())["nodes"])
-    assert sorted(set(pods) - set(training)) in ([], ["gang-watch"])
+    assert sorted(set(pods) - set(training)) in (["schedule-watch"], ["gang-watch"])
     for pod in pods.values():
         validate_kubernetes(pod)
 
@@ -131,7 +131,7 @@ def test_per_node_facts_master_not_first():
         "node-1": ("worker-a", "1", "enp11s0f0", "10.1.0.1", 8),
         "node-2": ("worker-c", "2", "ens5", None, 4),
     }
-    assert list(pods) == list(expected)
+    assert list(pods) == [*expected, "schedule-watch"]
     for task, (host, rank, nic, if_ip, devices) in expected.items():
         spec = pods[task]["spec"]
         term = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
@@ -160,7 +160,9 @@ def test_original_example_two_ascend_nodes():
     assert spec["hostNetwork"] is True and spec["dnsPolicy"] == "ClusterFirstWithHostNet"
     pods = task_pods(doc)
     ranks = {}
-    for pod in pods.values():
+    for name, pod in pods.items():
+        if name == "schedule-watch":
+            continue
         container = pod["spec"]["containers"][0]
         argv, env = container_process(container)
         assert argv[:3] == ["/bin/bash", "-c", catalog()["setEnvWrapper"]]
@@ -201,13 +203,13 @@ def test_accelerator_resources_and_nic_env_per_kind():
 def test_shapes_share_templates_and_split_when_they_must():
     doc = render_doc(REPO / "tests" / "cases" / "shapes.yaml")
     templates, tasks = _tasks(doc)
-    used = [t["template"] for t in tasks]
+    used = [t["template"] for t in tasks if t["name"] not in ("schedule-watch", "agents")]
     # n1,n2 share; n3 devices; n4 resources; n5 no nic; n6 HCCL_IF_IP; n7 nic auto. Names say
     # what sets a shape apart from its siblings; ascend310p-x2 has none, so it needs no suffix.
     assert used == ["ascend310p-x1-no-if-ip", "ascend310p-x1-no-if-ip", "ascend310p-x2",
                     "ascend310p-x1-no-if-ip-own-resources",
                     "ascend310p-x1-no-nic-no-if-ip", "ascend310p-x1", "ascend310p-x1-nic-auto-no-if-ip"]
-    assert set(used) | {"train"} == set(templates)
+    assert set(used) | {"train", "schedule-watch", "agents"} == set(templates)
 
 
 def test_bounded_waits_by_default():

@@ -92,10 +92,16 @@ def dag(path) -> dict:
 
 def test_past_200_dag_tasks_the_nodes_go_in_loop_tasks(tmp_path):
     """Argo v4's full CRDs cap a DAG at 200 tasks (held against the real API server in
-    tests/e2e/test_api_server_accepts.py): up to 200 a task per node, past it loop tasks of at
-    most nodeLoops.maxItems machines, each item naming its machine."""
-    assert [task["name"] for task in dag(big_values(tmp_path / "v.yaml", 200))["tasks"]][-1] == "node-199"
-    tasks = dag(big_values(tmp_path / "v.yaml", 201))["tasks"]
+    tests/e2e/test_api_server_accepts.py): up to 200 a task per node (the nodes, the schedule watch and
+    the helpers' ConfigMap task), past it loop tasks of at most nodeLoops.maxItems machines, each
+    item naming its machine."""
+    image_agents = "agents: {fromWorkflow: false}\n"  # no ConfigMap task: the nodes' tasks and the watch
+    assert [task["name"] for task in dag(big_values(tmp_path / "v.yaml", 199, image_agents))["tasks"]][-2:] == [
+        "node-198", "schedule-watch"]
+    assert [task["name"] for task in dag(big_values(tmp_path / "v.yaml", 198))["tasks"]][-3:] == [
+        "node-197", "schedule-watch", "agents"]
+    assert "withItems" in dag(big_values(tmp_path / "v.yaml", 199))["tasks"][0]
+    tasks = [task for task in dag(big_values(tmp_path / "v.yaml", 201, image_agents))["tasks"] if "withItems" in task]
     size = catalog()["nodeLoops"]["maxItems"]
     assert [(task["name"], len(task["withItems"])) for task in tasks] == [("nodes-0", size), ("nodes-1", 201 - size)]
     assert tasks[1]["withItems"][-1] == {"host": "atlas-0200", "ip": "10.0.200.1", "rank": "200"}

@@ -18,12 +18,15 @@ CAP = catalog()["restartBackoffCapSeconds"]
 
 # (failurePolicy, timeouts, the backoff rendered)
 BACKOFFS = [
-    ("{maxRestarts: 20}", "{workflowDeadline: null}", {"duration": "30s", "factor": "2", "cap": f"{CAP}s"}),
-    ("{maxRestarts: 1, backoffSeconds: 5}", "{workflowDeadline: null}",
+    ("{maxRestarts: 20, recovery: job}", "{workflowDeadline: null}",
+     {"duration": "30s", "factor": "2", "cap": f"{CAP}s"}),
+    ("{maxRestarts: 1, backoffSeconds: 5, recovery: job}", "{workflowDeadline: null}",
      {"duration": "5s", "factor": "2", "cap": f"{CAP}s"}),
-    ("{maxRestarts: 3, backoffSeconds: 7200}", "{workflowDeadline: null}",
+    ("{maxRestarts: 3, backoffSeconds: 7200, recovery: job}",
+     "{workflowDeadline: null}",
      {"duration": "7200s", "factor": "2", "cap": "7200s"}),  # the cap never shortens the first wait
-    ("{maxRestarts: 3}", "{}", {"duration": "30s", "factor": "2"}),  # the deadline's rule bounds the waits
+    # the deadline's rule bounds the waits
+    ("{maxRestarts: 3, recovery: job}", "{}", {"duration": "30s", "factor": "2"}),
 ]
 
 
@@ -40,7 +43,7 @@ def test_the_cap_bounds_every_wait_as_argo_computes_it(tmp_path):
     local runner reads it as the controller does): nothing over the cap, in all under a day."""
     from testbed.localrun.retry import retry_policy
 
-    document = render_py_workflow(write(tmp_path, CPU + "failurePolicy: {maxRestarts: 20}\n"
+    document = render_py_workflow(write(tmp_path, CPU + "failurePolicy: {maxRestarts: 20, recovery: job}\n"
                                                         "timeouts: {workflowDeadline: null}\n"))
     policy = retry_policy(document, document["spec"]["templates"][0])
     waits = [policy.delay(restart) for restart in range(1, 21)]

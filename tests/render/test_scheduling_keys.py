@@ -15,9 +15,9 @@ CPU = (EXAMPLES_DIR / "cpu.yaml").read_text(encoding="utf-8")
 
 
 def training_schedulers(document: dict) -> set:
-    """The schedulerName of every container template that runs torchrun (not the gang watch)."""
+    """The schedulerName of every container template that runs torchrun (not the scheduling watch)."""
     return {template.get("schedulerName") for template in document["spec"]["templates"]
-            if "container" in template and template["name"] != "gang-watch"}
+            if "container" in template and template["name"] not in ("gang-watch", "schedule-watch")}
 
 
 # (scheduling values, the training pods' schedulerName)

@@ -1,0 +1,115 @@
+{{/* plan.node_recovery, plan.elastic_from and the job facts they give every shape (plan.job_facts);
+sets .plan.nodeRecovery and .plan.elasticFrom. Takes (dict "plan" "job" "values" "catalog"). */}}
+{{- define "torchdag.recoveryFacts" -}}
+{{- $v := .values }}{{ $restarts := int64 $v.failurePolicy.maxRestarts -}}
+{{- $nodeRecovery := and (gt $restarts 0) (eq $v.failurePolicy.recovery "node") -}}
+{{- $elasticFrom := int $v.elastic.minNodes | default (len $v.nodes) -}}
+{{- $_ := merge .job (dict "recovery" (ternary "node" "job" $nodeRecovery) "nodeRecovery" $nodeRecovery "maxRestarts" (toString $restarts) "minNodes" (toString $elasticFrom) "rejoinSeconds" (printf "%d" (int64 $v.elastic.rejoinSeconds)) "run" .catalog.network.run) -}}
+{{- $_ := merge .plan (dict "nodeRecovery" $nodeRecovery "elasticFrom" $elasticFrom) -}}
+{{- end -}}
+
+{{/* templates/_node_task.j2: one node task's body after its name (the template it calls, what
+it waits for, whether the DAG goes on without it, its arguments). Takes (dict "plan" "shape" "arguments" "elastic"). */}}
+{{- define "torchdag.nodeTask" }}
+        template: {{ toJson (ternary (printf "%s-retry" .shape.name) .shape.name (not (empty .plan.nodeRetry))) }}
+        {{- if lt (int .plan.elasticFrom) (len .plan.nodes) }}
+        {{- with .plan.depends }}
+        dependencies:
+        {{- range splitList " && " . }}
+        - {{ toJson . }}
+        {{- end }}
+        {{- end }}
+        {{- if .elastic }}
+        # An elastic member (elastic.minNodes): the job goes on without it.
+        continueOn:
+          error: true
+          failed: true
+        {{- end }}
+        {{- else if .plan.depends }}
+        depends: {{ toJson .plan.depends }}
+        {{- end }}
+        arguments:
+          parameters:
+          {{- range .arguments }}
+          {{- if not (and $.plan.nodeRetry (eq (index . 0) "restart")) }}
+          - name: {{ index . 0 | toJson }}
+            value: {{ index . 1 | toJson }}
+          {{- end }}
+          {{- end }}
+{{- end -}}
+
+{{/* templates/_node_retry.j2: under failurePolicy.recovery node, each shape's retry wrapper
+(and, with elastic members, the host check). Takes (dict "plan" "values"). */}}
+{{- define "torchdag.nodeRetry" }}
+  {{- $plan := .plan }}
+  {{- with $plan.nodeRetry }}
+  {{- $retry := . }}
+  {{- range $shape := $plan.shapes }}
+  # Retries this node alone; the other nodes keep their pods (failurePolicy.recovery node).
+  - name: {{ toJson (printf "%s-retry" $shape.name) }}
+    retryStrategy:
+      limit: {{ toJson $retry.limit }}
+      retryPolicy: {{ toJson $retry.retryPolicy }}
+      backoff:
+        duration: {{ toJson $retry.backoff.duration }}
+        factor: {{ toJson $retry.backoff.factor }}
+        {{- with $retry.backoff.cap }}
+        cap: {{ toJson . }}
+        {{- end }}
+    inputs:
+      parameters:
+      {{- range $shape.parameters }}
+      {{- if not (has . (list "restart" "rdzv-host")) }}
+      - name: {{ toJson . }}
+      {{- end }}
+      {{- end }}
+    steps:
+    {{- if lt (int $plan.elasticFrom) (len $plan.nodes) }}
+    - - name: "host-check"
+        template: "host-check"
+        when: "{{ "{{" }}retries{{ "}}" }} > 0"
+        arguments:
+          parameters:
+          - name: "host"
+            value: "{{ "{{" }}inputs.parameters.host{{ "}}" }}"
+    {{- end }}
+    - - name: "train"
+        template: {{ toJson $shape.name }}
+        arguments:
+          parameters:
+          {{- range $shape.parameters }}
+          - name: {{ toJson . }}
+            value: {{ toJson (get (dict "restart" "{{retries}}" "rdzv-host" "{{=inputs.parameters['node-rank'] == '0' ? 'true' : 'false'}}") . | default (printf "{{inputs.parameters.%s}}" .)) }}
+          {{- end }}
+  {{- end }}
+  {{- if lt (int $plan.elasticFrom) (len $plan.nodes) }}
+  # A retried elastic member's host still takes pods: else it fails within rejoinSeconds.
+  - name: "host-check"
+    timeout: {{ toJson (printf "%ds" (int64 $.values.elastic.rejoinSeconds)) }}
+    inputs:
+      parameters:
+      - name: "host"
+    affinity:
+      nodeAffinity:
+        requiredDuringSchedulingIgnoredDuringExecution:
+          nodeSelectorTerms:
+          - matchExpressions:
+            - key: "kubernetes.io/hostname"
+              operator: "In"
+              values:
+              - "{{ "{{" }}inputs.parameters.host{{ "}}" }}"
+    container:
+      image: {{ toJson $.values.image }}
+      imagePullPolicy: {{ toJson $.values.imagePullPolicy }}
+      command:
+      - {{ toJson $.values.launcher.python }}
+      - "-c"
+      - ""
+      resources:
+        requests:
+          "cpu": "10m"
+          "memory": "32Mi"
+      {{- include "torchdag.containerSecurity" $plan.security }}
+  {{- end }}
+  {{- end }}
+{{- end -}}
