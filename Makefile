@@ -278,8 +278,11 @@ bench: $(VENV_STAMP) $(HELM) $(BENCH_VENV)/.installed bench-cluster ## render, h
 	$(PY) bench/bench_trainer.py
 
 SCALE_NODES ?= 256 1024 4096
-bench-cluster: $(VENV_STAMP) $(CLUSTER_BINS) $(WORKFLOW_CONTROLLER) $(ARGOEXEC) $(KUBECTL) $(POSTGRES) ## SCALE_NODES-node x 8 jobs on a cluster of their own under Argo's controller: size against the render-time guard, time to Running (about 30 min)
+RECOVERY_NODES ?= 256 1024
+bench-cluster: $(VENV_STAMP) $(CLUSTER_BINS) $(WORKFLOW_CONTROLLER) $(ARGOEXEC) $(KUBECTL) $(POSTGRES) ## SCALE_NODES-node x 8 jobs on a cluster of their own under Argo's controller: size against the render-time guard, time to Running; one failure's cost under recovery node and job (about 45 min)
 	$(PY) bench/bench_cluster.py --nodes $(SCALE_NODES)
+	$(PY) bench/bench_cluster.py --recovery node --nodes $(RECOVERY_NODES)
+	$(PY) bench/bench_cluster.py --recovery job --nodes $(RECOVERY_NODES)
 
 lint: $(FAST_STAMP) ## ruff (pyproject.toml) on the Python, yamllint on the golden Workflows (what users review)
 	$(FAST_VENV)/bin/ruff check .

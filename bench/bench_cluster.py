@@ -20,7 +20,14 @@ by testbed/cluster): past 200 DAG tasks render.py writes the nodes in loop tasks
 (docs/architecture.md). `--crd minimal` swaps in the minimal Workflow CRD (Argo v3's
 default, a documented variant); each JSON row says which one the cluster had.
 
+`--recovery node|job` measures a failure's cost instead, for failurePolicy.recovery node or
+job (docs/e2e.md): one Running training pod is deleted once every pod has started (with
+`job`, every other one too, as a real job's survivors fail within a second of losing a peer,
+docs/trainer.md); printed are the pods created again, the time from the deletion to all of
+them Running, and the status bytes (packed, as Argo holds them) the failure added.
+
     python bench/bench_cluster.py [--nodes 256 1024] [--hold 240] [--crd full|minimal] [--keep DIR]
+    python bench/bench_cluster.py --recovery node|job [--nodes 256 1024] [--hold 240]
 """
 
 from __future__ import annotations
@@ -67,12 +74,12 @@ def minimal_workflow_crd(layout: Layout) -> None:
     kubectl(layout, "apply", "--server-side", "--force-conflicts", "-f", str(crd))
 
 
-def values_file(folder: Path, n: int) -> Path:
+def values_file(folder: Path, n: int, recovery: str = "job") -> Path:
     nodes = "".join(f"  - {{name: npu-{i:04d}, address: 198.18.{i // 250}.{i % 250 + 1}, nic: eth0, "
                     "accelerator: ascend910, devices: 8}\n" for i in range(n))
     path = folder / f"scale-{n}.yaml"
     path.write_text("name: scale\nimage: registry.example.com/train:1.0\nscript: /code/train.py\n"
-                    "failurePolicy: {maxRestarts: 1, backoffSeconds: 1}\n"
+                    f"failurePolicy: {{maxRestarts: 1, backoffSeconds: 1, recovery: {recovery}}}\n"
                     f"workflow: {{podGC: ''}}\nnodes:\n{nodes}", encoding="utf-8")
     return path
 
@@ -177,6 +184,56 @@ def measure(layout: Layout, folder: Path, n: int, crd: str) -> dict:
     return row
 
 
+def training_pods(layout: Layout, name: str) -> dict[str, tuple[str, str]]:
+    """Each training pod's uid: (name, phase)."""
+    text = kubectl(layout, "get", "pods", "-l", f"workflows.argoproj.io/workflow={name},torchdag.io/node-rank", "-o",
+                   "jsonpath={range .items[*]}{.metadata.uid} {.metadata.name} {.status.phase}{\"\\n\"}{end}")
+    return {uid: (pod, phase) for uid, pod, phase in (line.split() for line in text.splitlines() if line.strip())}
+
+
+def measure_recovery(layout: Layout, folder: Path, n: int, recovery: str) -> dict:
+    """One failure's cost under failurePolicy.recovery: pods created again, the time from the
+    deletion to all of them Running, and the status bytes (packed) the failure added."""
+    values = values_file(folder, n, recovery)
+    _, _, text = guard(values)
+    workflow = folder / f"recovery-{recovery}-{n}.yaml"
+    workflow.write_text(text, encoding="utf-8")
+    subprocess.run([sys.executable, "-m", "testbed.cluster", "--dir", str(layout.root), "nodes", str(values)],
+                   cwd=REPO, check=True, capture_output=True)
+    start = time.monotonic()
+    name = kubectl(layout, "create", "-f", str(workflow), "-o", "name").strip().split("/")[-1]
+    row = {"nodes": n, "recovery": recovery, "create_to_all_running_s": None, "pods_recreated": None,
+           "deletion_to_all_running_s": None, "status_bytes_before": None, "status_bytes_added": None}
+    before: dict = {}
+    deleted_at = 0.0
+    wf: dict = {}
+    while time.monotonic() - start < 3600:
+        wf = json.loads(kubectl(layout, "get", "workflow", name, "-o", "json"))
+        if (wf.get("status") or {}).get("phase") in ("Succeeded", "Failed", "Error"):
+            break
+        pods = training_pods(layout, name)
+        running = [uid for uid, (_, phase) in pods.items() if phase == "Running"]
+        if not before and len(running) >= n:
+            row["create_to_all_running_s"] = round(time.monotonic() - start, 1)
+            row["status_bytes_before"] = packed_size(wf)
+            before = pods
+            victims = running if recovery == "job" else running[:1]
+            for uid in victims:
+                kubectl(layout, "delete", "pod", pods[uid][0], "--wait=false")
+            deleted_at = time.monotonic()
+        elif before and row["deletion_to_all_running_s"] is None:
+            again = [uid for uid in running if uid not in before]
+            if len(again) >= (n if recovery == "job" else 1):
+                row["deletion_to_all_running_s"] = round(time.monotonic() - deleted_at, 1)
+                row["pods_recreated"] = len([uid for uid in pods if uid not in before])
+                row["status_bytes_added"] = packed_size(wf) - row["status_bytes_before"]
+        time.sleep(1)
+    status = wf.get("status") or {}
+    row.update(phase=status.get("phase"), message=status.get("message", ""),
+               total_s=round(time.monotonic() - start, 1))
+    return row
+
+
 def agreement(row: dict) -> str:
     """The guard's verdict against Argo's: a Workflow the guard lets through must never
     grow past the limit; one it refuses should be one Argo ends in Error."""
@@ -198,6 +255,8 @@ def main() -> int:
     parser.add_argument("--crd", choices=("full", "minimal"), default="full",
                         help="the Workflow CRD: Argo v4's default, full (default), or the minimal one")
     parser.add_argument("--keep", help="cluster directory to use and keep (default: a temporary one, removed)")
+    parser.add_argument("--recovery", choices=("node", "job"),
+                        help="measure one failure's cost under failurePolicy.recovery node or job instead")
     args = parser.parse_args()
     # A SIGTERM (a `timeout`) still takes the cluster down, through the finally below.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
@@ -210,7 +269,15 @@ def main() -> int:
             minimal_workflow_crd(layout)
         cluster.kubelet(["--no-exec", "--no-exec-seconds", f"{args.hold:g}"], say=lambda *a: None)
         limit = catalog()["argoStatus"]["maxBytes"]
-        for n in args.nodes:
+        for n in args.nodes if args.recovery else []:
+            row = measure_recovery(layout, folder, n, args.recovery)
+            print(json.dumps(row), flush=True)
+            print(f"{n} nodes x 8, recovery {args.recovery}: all pods Running {row['create_to_all_running_s']} s "
+                  f"after create; one failure re-created {row['pods_recreated']} pod(s), all Running again "
+                  f"{row['deletion_to_all_running_s']} s after the deletion, status +{row['status_bytes_added']} B "
+                  f"packed (from {row['status_bytes_before']} B); ended {row['phase']} in {row['total_s']} s",
+                  flush=True)
+        for n in [] if args.recovery else args.nodes:
             row = measure(layout, folder, n, args.crd)
             row["agreement"] = agreement(row)
             print(json.dumps(row), flush=True)

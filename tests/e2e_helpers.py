@@ -24,6 +24,8 @@ FINISHED = ("Succeeded", "Failed", "Error")
 EXECUTOR_RULES = [
     {"apiGroups": ["argoproj.io"], "resources": ["workflowtaskresults"], "verbs": ["create", "patch"]},
     {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list"]},
+    {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "create", "patch"]},  # agents.fromWorkflow
+    {"apiGroups": [""], "resources": ["services"], "verbs": ["get", "create", "patch"]},  # network.mode: pod
     {"apiGroups": ["argoproj.io"], "resources": ["workflows"], "verbs": ["get", "patch"]},
     {"apiGroups": ["scheduling.volcano.sh", "scheduling.x-k8s.io"], "resources": ["podgroups"],
      "verbs": ["get", "create", "patch", "delete"]},

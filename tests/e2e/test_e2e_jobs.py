@@ -58,7 +58,7 @@ def test_a_deleted_pod_restarts_the_whole_job_which_resumes_from_its_checkpoint(
     values = job.values(nodes, ["--type", "example", "--max-steps", "3000", "--log-every", "500", "--hidden", "400",
                                 "--checkpoint-dir", str(job.dir / "ckpt"), "--checkpoint-every", "100",
                                 "--metrics-file", str(metrics)],
-                        extra="failurePolicy: {maxRestarts: 2, backoffSeconds: 1}\n")
+                        extra="failurePolicy: {maxRestarts: 2, backoffSeconds: 1, recovery: job}\n")
     job.start(values)
     name = job.submit(job.render(values))
 

@@ -22,8 +22,9 @@ def json_size(obj: dict) -> int:
 def test_a_workflow_past_1_mib_offloads_its_node_status_through_a_restart(job):  # noqa: F811
     nodes = [{"address": f"198.18.9.{i + 1}", "nic": "eth9", "devices": 1, **({"master": True} if i == 0 else {})}
              for i in range(3)]
-    values = job.values(nodes, ["--type", "example"], extra="failurePolicy: {maxRestarts: 1, backoffSeconds: 1}\n"
-                                                              "workflow: {nodeStatusOffload: true}\n")
+    values = job.values(nodes, ["--type", "example"],
+                        extra="failurePolicy: {maxRestarts: 1, backoffSeconds: 1, recovery: job}\n"
+                              "workflow: {nodeStatusOffload: true}\n")
     workflow = next(d for d in yaml.safe_load_all(job.render(values).read_text()) if d)
     # A workflow parameter nothing reads stands for a larger job's spec: the spec just under
     # the limit (Argo's own check, which render.py's guard mirrors), so that the status of
