@@ -195,7 +195,8 @@ def test_status_table_and_merged_logs():
 
 @pytest.mark.parametrize("argv, words", [
     (["diagnose", "job", "--kubeconfig", "/nonexistent/kubeconfig"], "kubeconfig /nonexistent/kubeconfig: no such"),
-    (["status", "job", "--kubeconfig", "{unreachable}"], "cannot reach the API server"),
+    (["status", "job", "--kubeconfig", "{unreachable}"], "cannot reach the API server https://127.0.0.1:9: "
+                                                         "Connection refused"),
     (["logs", "job", "--rank", "1", "--kubeconfig", "{unreachable}"], "cannot reach the API server"),
 ])
 def test_bad_input_is_one_line_and_exit_2(tmp_path, argv, words):

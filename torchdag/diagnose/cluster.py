@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -36,8 +37,9 @@ def _client_module():
     return kubernetes
 
 
-def _explain(err: Exception, what: str, namespace: str) -> ClusterUnusable:
-    """An API or connection error as one line."""
+def _explain(err: Exception, what: str, namespace: str, server: str) -> ClusterUnusable:
+    """An API or connection error as one line: urllib3's own text repeats the URL and the
+    connection object, so an unreachable server is named with the operating system's reason."""
     from kubernetes.client.exceptions import ApiException
 
     if isinstance(err, ApiException):
@@ -50,8 +52,10 @@ def _explain(err: Exception, what: str, namespace: str) -> ClusterUnusable:
         if err.status == 401:
             return ClusterUnusable(f"the API server rejected the credentials ({message})")
         return ClusterUnusable(f"{what}: API error {err.status}: {message}")
-    text = str(err).splitlines()[0] if str(err) else type(err).__name__
-    return ClusterUnusable(f"cannot reach the API server: {text[:300]}")
+    reason = str(getattr(err, "reason", None) or err)
+    errno = re.search(r"\[Errno -?\d+\] ([^'\")\]]+)", reason)
+    text = errno.group(1).strip() if errno else (reason.splitlines()[0][:200] if reason else type(err).__name__)
+    return ClusterUnusable(f"cannot reach the API server {server}: {text}")
 
 
 class Cluster:
@@ -99,7 +103,7 @@ class Cluster:
 
             if isinstance(err, ApiException) and err.status == 404:
                 return None
-            raise _explain(err, what, self.namespace) from None
+            raise _explain(err, what, self.namespace, self.api.configuration.host) from None
 
     def workflow(self, name: str) -> dict:
         found = self._json(self.custom.get_namespaced_custom_object, "workflows.argoproj.io", "argoproj.io",
