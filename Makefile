@@ -241,8 +241,8 @@ helm: $(HELM) ## print the chart's Workflow for VALUES (helm template RELEASE ch
 FAST_VENV := .venv-fast
 FAST_STAMP := $(FAST_VENV)/.installed
 # The heavy tiers (pytest.ini declares the markers): torch, root with network namespaces,
-# the real torch_npu wheel, the Go-built tools.
-FAST_MARKERS := not torch and not netns and not ascend and not go
+# the real torch_npu wheel, the Go-built tools, and the renders at scale.
+FAST_MARKERS := not torch and not netns and not ascend and not go and not scale
 
 $(FAST_STAMP): requirements-fast.txt requirements-render.txt
 	rm -rf $(FAST_VENV)

@@ -8,7 +8,7 @@ another test module, by their (unique) basename. The tier follows the folder: ev
 a folder named in FOLDER_TIERS gets that folder's markers.
 
 `make test` runs every test; `make test-fast` runs the fast tier in a venv without torch,
-deselecting the markers pytest.ini declares (torch, netns, ascend, go). A module marked
+deselecting the markers pytest.ini declares (torch, netns, ascend, go, scale). A module marked
 torch as a whole may import torch at the top: where torch is not installed and the run
 deselects that tier, such a module is not even collected.
 

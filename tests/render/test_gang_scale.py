@@ -15,6 +15,7 @@ from test_render_size import big_values
 from crd_helpers import podgroup_from_workflow, validate_crd_object
 from torchdag.pipeline import build
 
+pytestmark = pytest.mark.scale  # make test runs it; make test-fast leaves it out
 MACHINES = 4096
 GANGS = {"kueue": "{gang: kueue, queue: research}", "volcano": "{gang: volcano, queue: research}",
          "coscheduling": "{gang: coscheduling}"}

@@ -34,6 +34,7 @@ def helm_template(helm, path):
                           text=True, timeout=300)
 
 
+@pytest.mark.scale
 def test_4096_nodes_of_8_fit_with_one_restart_not_two_unless_offloaded(helm, tmp_path):
     """The schema's largest job: at most 100 bytes of spec a machine (the nodes in loop
     tasks), so with one restart it fits beside the status Argo writes; with two only when
@@ -60,6 +61,7 @@ def test_4096_nodes_of_8_fit_with_one_restart_not_two_unless_offloaded(helm, tmp
         "about" in result.stderr and "set workflow.nodeStatusOffload" in result.stderr
 
 
+@pytest.mark.scale
 def test_every_restart_attempt_is_counted_in_both_renderers(helm, tmp_path):
     """A job that fits with no restart is refused when each restart adds its set of nodes."""
     path = big_values(tmp_path / "v.yaml", 3500)
