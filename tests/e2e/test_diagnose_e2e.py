@@ -31,7 +31,9 @@ def values_for(job, hosts: list[str], fault: str, port: int, extra: dict | None 
             "script": FAULTS, "args": ["--type", "example", "--max-steps", "400", "--log-every", "5"],
             "port": port, "env": {"TORCHDAG_FAULT": fault, "TORCHDAG_FAULT_RANK": "1", "TORCHDAG_FAULT_STEP": "5",
                                   "TORCHDAG_STALL_REPORT": "2"},
-            "timeouts": {"rendezvous": 60, "processGroup": 40 if fault == "stop" else 15, "workflowDeadline": 600},
+            # the port job's rank 1 is refused until its rendezvous timeout: 20 s, not a minute of TCPStore retries
+            "timeouts": {"rendezvous": 20 if fault == "port" else 60, "processGroup": 40 if fault == "stop" else 15,
+                         "workflowDeadline": 600},
             "nodes": [{"name": host, "devices": 1, **({"master": True} if i == 0 else {})}
                       for i, host in enumerate(hosts)], **(extra or {})}
 

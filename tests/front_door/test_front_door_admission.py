@@ -15,7 +15,7 @@ import pytest
 
 from chart_helpers import argo_document, helm_spellings, helm_template
 from cli_helpers import BASE, render_py, write
-from torchdag import pipeline
+from torchdag import cli, pipeline
 
 HEX = "0123456789abcdef" * 8
 
@@ -208,13 +208,26 @@ def _values(tmp_path, lines: str):
 
 
 @pytest.mark.parametrize("lines, field, fragment", [case[1:] for case in REFUSED], ids=[case[0] for case in REFUSED])
-def test_render_py_refuses_naming_the_field(lines, field, fragment, tmp_path):
+def test_render_py_refuses_naming_the_field(lines, field, fragment, tmp_path, capsys):
+    """render.py's main in this process (render.py is `sys.exit(main())`): a hundred cases
+    without a hundred interpreter starts; test_render_py_refuses_in_its_own_process runs one
+    as a process."""
+    values = _values(tmp_path, lines)
+    out = tmp_path / "out" / "workflow.yaml"
+    code = cli.main([str(values), "-o", str(out)])
+    done = capsys.readouterr()
+    assert code == 2 and done.out == "" and not out.parent.exists(), done.err
+    lines_out = [line for line in done.err.splitlines() if not line.startswith("warning:")]
+    assert any(line.startswith(f"{values}: {field}: ") and fragment in line for line in lines_out), done.err
+
+
+def test_render_py_refuses_in_its_own_process(tmp_path):
+    _, lines, field, fragment = REFUSED[0]
     values = _values(tmp_path, lines)
     out = tmp_path / "out" / "workflow.yaml"
     done = render_py(str(values), "-o", str(out))
     assert done.returncode == 2 and done.stdout == "" and not out.parent.exists(), done.stderr
-    lines_out = [line for line in done.stderr.splitlines() if not line.startswith("warning:")]
-    assert any(line.startswith(f"{values}: {field}: ") and fragment in line for line in lines_out), done.stderr
+    assert any(line.startswith(f"{values}: {field}: ") and fragment in line for line in done.stderr.splitlines())
 
 
 @pytest.mark.parametrize("lines, field", [case[1:3] for case in REFUSED], ids=[case[0] for case in REFUSED])
