@@ -1,9 +1,12 @@
 """A user's own image and script on the local cluster (issue 27): the image has no torchdag
 files (the process kubelet runs with --no-checkout-map, so /opt/torchdag is not the
 checkout), the script lives in the image (/workspace, mapped to a folder of the test). A
-job with the pod network, `nic: auto`, preflight and a Volcano gang runs to Succeeded, and
-every helper the containers run comes from the Workflow's own ConfigMap; a script that
-raises on one rank shows its exception in torchrun's root cause in the pod log."""
+job with the pod network, `nic: auto`, preflight and a Volcano gang runs a script in the
+original hand-written jobs' style (tests/third_party/original_style.py: hccl hard-coded,
+tensors to local_rank, docs/byo.md's four lines, `import torchdag_ddp` found only in the
+Workflow's helpers) to Succeeded, and every helper the containers run comes from the
+Workflow's own ConfigMap; a script that raises on one rank shows its exception in
+torchrun's root cause in the pod log."""
 
 from __future__ import annotations
 
@@ -33,13 +36,14 @@ dist.destroy_process_group()
 BYO = ("network: {mode: pod, nic: auto}\npreflight: {enabled: true}\nscheduling: {gang: volcano, timeout: 240}\n"
        "workflow: {podGC: \"\"}\n")
 USER_IMAGE = "registry.example.com/team/ascend-pytorch:1"
+ORIGINAL_STYLE = Path(__file__).resolve().parents[1] / "third_party" / "original_style.py"
 
 
-def byo_job(job, tmp_path: Path, env: str = "") -> str:
+def byo_job(job, tmp_path: Path, env: str = "", script: str = USER_SCRIPT) -> str:
     """Render and submit the job; its kubelet maps /workspace only. Returns the Workflow's name."""
     workspace = tmp_path / "workspace"
     workspace.mkdir()
-    (workspace / "train.py").write_text(USER_SCRIPT)
+    (workspace / "train.py").write_text(script)
     values = job.values([{"devices": 1}, {"devices": 1}], [], extra=BYO + env)
     body = yaml.safe_load(values.read_text())
     body.update(image=USER_IMAGE, script="/workspace/train.py")
@@ -56,7 +60,7 @@ def started_processes(kubelet_log: str) -> list[tuple[str, list[str]]]:
 
 
 def test_own_image_with_gang_pod_network_nic_auto_and_preflight_succeeds(job, tmp_path):
-    name = byo_job(job, tmp_path)
+    name = byo_job(job, tmp_path, script=ORIGINAL_STYLE.read_text())
     wf = job.wait_finished(name, timeout=400)
     assert wf["status"]["phase"] == "Succeeded", job.explain(name)
     pods = {p["metadata"]["name"]: p for p in job.pods(name)}
@@ -82,7 +86,8 @@ def test_own_image_with_gang_pod_network_nic_auto_and_preflight_succeeds(job, tm
     (owner,) = config_map["metadata"]["ownerReferences"]
     assert (owner["kind"], owner["name"]) == ("Workflow", name)
     logs = "\n".join(job.log(p) for p in pods.values())
-    assert "[user] rank 0: sum 3" in logs and "[user] rank 1: sum 3" in logs, logs[-3000:]
+    for rank in (0, 1):
+        assert f"[original] rank {rank}/2: 20 steps, replicas equal: True" in logs, logs[-3000:]
     assert "preflight: ok: NIC lo" in logs or "preflight: ok: nic auto" in logs.lower(), logs[-3000:]
 
 
