@@ -128,7 +128,7 @@ class PodWorker:
             self.k.say(f"{self.key}: kubelet error: {err!r}")
         finally:
             if getattr(self, "sandbox", None) is not None:
-                self.sandbox.release_memory()
+                self.sandbox.release_volumes()
             self.done.set()
             self.k.pod_done(self)
 

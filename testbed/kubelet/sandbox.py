@@ -55,8 +55,13 @@ class Sandbox:
     def memory_dir(self) -> Path:
         return MEMORY_ROOT / self.root.parent.name / self.root.name
 
-    def release_memory(self) -> None:
-        """The pod's memory-backed volumes go with the pod (their files hold RAM)."""
+    def release_volumes(self) -> None:
+        """A terminated pod's volumes are torn down, as the kubelet does (its
+        --keep-terminated-pod-volumes is off by default): emptyDirs lose their files (Argo's
+        init copies its 200 MB executor into each pod's /var/run/argo), memory-backed ones
+        their RAM. The pod's termination messages stay, and its logs (under the kubelet's
+        state, not here)."""
+        shutil.rmtree(self.root / "volumes", ignore_errors=True)
         shutil.rmtree(self.memory_dir(), ignore_errors=True)
         for folder in (self.memory_dir().parent, MEMORY_ROOT):
             try:

@@ -360,3 +360,18 @@ def test_memory_empty_dir_is_the_pods_own_and_released(tmp_path, mounts_allowed)
     assert (tmp_path / "logs/team/p1/main.log").read_text() == "mine\n", "the pod sees its own /dev/shm"
     assert not os.path.exists("/dev/shm/mine")
     assert not (MEMORY_ROOT / "team" / "p1-uid-p1-0").exists(), "released when the pod's processes end"
+
+
+def test_a_terminated_pods_volumes_are_torn_down_and_its_termination_message_kept(tmp_path, mounts_allowed):
+    """As the kubelet does by default: Argo's init copies its executor (about 200 MB) into every
+    pod's /var/run/argo emptyDir, so a job of many pods would otherwise fill the disk."""
+    kubelet, api = make_kubelet(tmp_path)
+    volumes = [{"name": "var-run-argo", "emptyDir": {}}]
+    mounts = [{"name": "var-run-argo", "mountPath": "/var/run/argo"}]
+    run(kubelet, pod(sh("main", "head -c 100000 /dev/zero > /var/run/argo/big; echo done > /dev/termination-log",
+                        volumeMounts=mounts, terminationMessagePath="/dev/termination-log"), volumes=volumes))
+    final = api.statuses[-1]
+    assert final["phase"] == "Succeeded", final
+    assert final["containerStatuses"][0]["state"]["terminated"]["message"] == "done\n"
+    folder = tmp_path / "pods" / "team" / "p1-uid-p1-0"
+    assert folder.is_dir() and not (folder / "volumes").exists(), sorted(p.name for p in folder.iterdir())
