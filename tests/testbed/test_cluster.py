@@ -164,12 +164,14 @@ def test_bad_values_are_refused_with_exit_2(local_cluster, tmp_path):
 
 
 def _bound_pods(cluster, namespace: str, workflow: str, count: int) -> list[dict]:
-    """The Workflow's pods once the controller has made `count` and the scheduler bound each."""
+    """The Workflow's node pods (label torchdag.io/node-rank: not the schedule watch's) once the
+    controller has made `count` and the scheduler bound each."""
     def bound():
-        pods = cluster.get("pods", "-n", namespace, "-l", f"workflows.argoproj.io/workflow={workflow}")["items"]
+        pods = cluster.get("pods", "-n", namespace, "-l",
+                           f"workflows.argoproj.io/workflow={workflow},torchdag.io/node-rank")["items"]
         return pods if len(pods) == count and all(pod["spec"].get("nodeName") for pod in pods) else None
 
-    return cluster.wait_for(f"{count} pods of {workflow} bound to nodes", bound)
+    return cluster.wait_for(f"{count} node pods of {workflow} bound to nodes", bound)
 
 
 def _pinned(pod: dict) -> list[str]:
@@ -231,7 +233,8 @@ def test_helm_install_creates_the_rendered_workflow_and_it_is_taken(local_cluste
     fresh namespace creates the Workflow render.py writes, and the real controller takes it."""
     values = tmp_path / "values.yaml"
     values.write_text((EXAMPLES_DIR / "local.yaml").read_text()
-                      + "serviceAccountName: trainer\nrbac: {create: true, createServiceAccount: true}\n")
+                      + "serviceAccountName: trainer\nrbac: {create: true, createServiceAccount: true}\n"
+                      + image_agents(tmp_path).read_text())  # no kubelet runs the ConfigMap task here
     assert local_cluster.command("nodes", str(values)).returncode == 0
     helm = [str(REPO / ".tools" / "bin" / "helm"), f"--kubeconfig={local_cluster.kubeconfig}", "-n", "helm-e2e"]
     installed = subprocess.run([*helm, "install", "training", str(REPO / "chart"), "-f", str(values),
