@@ -200,7 +200,6 @@ def test_status_table_and_merged_logs():
     (["logs", "job", "--rank", "1", "--kubeconfig", "{unreachable}"], "cannot reach the API server"),
 ])
 def test_bad_input_is_one_line_and_exit_2(tmp_path, argv, words):
-    pytest.importorskip("kubernetes")
     config = tmp_path / "kubeconfig"
     config.write_text("apiVersion: v1\nkind: Config\nclusters: [{name: c, cluster: {server: 'https://127.0.0.1:9'}}]\n"
                       "users: [{name: u, user: {token: x}}]\ncontexts: [{name: c, context: {cluster: c, user: u}}]\n"
