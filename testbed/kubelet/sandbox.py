@@ -15,6 +15,7 @@ skipped, with a note.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import threading
@@ -28,6 +29,41 @@ CREATABLE = ("/var/run/", "/run/", "/dev/", "/opt/torchdag/")  # the last: where
 # kubelet stops: not before, as a running pod's private mount sits on them.
 MADE_FOLDERS: set[str] = set()
 _MADE_LOCK = threading.Lock()
+# Every process kubelet on this machine shares those folders (the e2e tests run two at once): a
+# process holds HOST_STATE/lock shared while any of its pods has mounts, and lists the folders it
+# makes in HOST_STATE/made-folders. Only a kubelet that can take the lock exclusively (no pod on
+# the machine has mounts) removes them, all of them: rmdir of a folder that is a mount point in
+# another pod's namespace would detach that pod's mount.
+HOST_STATE = Path("/run/torchdag-kubelet")
+_host_users = 0
+_host_lock = None  # the open lock file while _host_users > 0
+
+
+def _host_file(name: str, mode: str):
+    try:
+        HOST_STATE.mkdir(parents=True, exist_ok=True)
+        return open(HOST_STATE / name, mode)
+    except OSError:  # not root: this kubelet keeps to its own folders
+        return None
+
+
+def _hold_host() -> None:
+    global _host_users, _host_lock
+    with _MADE_LOCK:
+        _host_users += 1
+        if _host_users == 1:
+            _host_lock = _host_file("lock", "a")
+            if _host_lock is not None:
+                fcntl.flock(_host_lock, fcntl.LOCK_SH)  # waits while another kubelet removes folders
+
+
+def _release_host() -> None:
+    global _host_users, _host_lock
+    with _MADE_LOCK:
+        _host_users -= 1
+        if _host_users == 0 and _host_lock is not None:
+            _host_lock.close()  # releases the lock
+            _host_lock = None
 MOUNTS = 'while [ "$1" != -- ]; do mount --bind "$1" "$2" || exit 126; shift 2; done; '
 MOUNT_SCRIPT = MOUNTS + 'shift; exec "$@"'
 # The same when a bind covers the program itself (Argo mounts an emptyDir on /tmp in its own
@@ -44,6 +80,7 @@ def can_mount() -> bool:
 class Sandbox:
     root: Path
     mounts_allowed: bool = field(default_factory=can_mount)
+    holds_host: bool = False  # counted in _host_users from its first binds until release_volumes
 
     @classmethod
     def for_pod(cls, state_dir: Path, pod: dict, mounts_allowed: bool | None = None) -> "Sandbox":
@@ -61,6 +98,9 @@ class Sandbox:
         init copies its 200 MB executor into each pod's /var/run/argo), memory-backed ones
         their RAM. The pod's termination messages stay, and its logs (under the kubelet's
         state, not here)."""
+        if self.holds_host:
+            self.holds_host = False
+            _release_host()
         shutil.rmtree(self.root / "volumes", ignore_errors=True)
         shutil.rmtree(self.memory_dir(), ignore_errors=True)
         for folder in (self.memory_dir().parent, MEMORY_ROOT):
@@ -130,6 +170,9 @@ class Sandbox:
     def binds(self, volumes: list[dict], volume_mounts: list[dict], termination: tuple[Path, str] | None,
               notes: list[str]) -> list[tuple[str, str]]:
         """(source on this machine, path in the container) for each mount that can be made."""
+        if not self.holds_host:
+            self.holds_host = True
+            _hold_host()  # before any mount point is looked at: none is removed under this pod
         by_name = {v["name"]: v for v in volumes}
         out: list[tuple[str, str]] = []
         for mount in volume_mounts:
@@ -171,6 +214,10 @@ class Sandbox:
             return False
         with _MADE_LOCK:
             MADE_FOLDERS.update(missing)
+        listed = _host_file("made-folders", "a")
+        if listed is not None:
+            with listed:
+                listed.write("".join(f"{folder}\n" for folder in missing))
         return True
 
 
@@ -183,18 +230,35 @@ def _missing_folders(folder: str) -> list[str]:
 
 
 def remove_made_folders() -> list[str]:
-    """Remove the mount-point folders this kubelet made, deepest first, each
-    only when empty (an image's own files are never touched); the ones removed."""
-    removed = []
-    with _MADE_LOCK:
-        for folder in sorted(MADE_FOLDERS, key=len, reverse=True):
+    """Remove the mount-point folders made on this machine, deepest first, each only when
+    empty (an image's own files are never touched), unless a pod of any kubelet here still
+    has mounts: then the last kubelet to stop removes them. The folders removed."""
+    lock = _host_file("lock", "a")
+    try:
+        if lock is not None:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return []
+        listed = _host_file("made-folders", "r+")
+        with _MADE_LOCK:
+            folders = set(MADE_FOLDERS)
+            MADE_FOLDERS.clear()
+        if listed is not None:
+            with listed:
+                folders.update(line.strip() for line in listed if line.strip())
+                listed.truncate(0)
+        removed = []
+        for folder in sorted(folders, key=len, reverse=True):
             try:
                 os.rmdir(folder)
                 removed.append(folder)
             except OSError:
                 pass
-        MADE_FOLDERS.clear()
-    return removed
+        return removed
+    finally:
+        if lock is not None:
+            lock.close()
 
 
 def wrap(argv: list[str], binds: list[tuple[str, str]]) -> list[str]:

@@ -8,6 +8,7 @@ import copy
 import io
 import os
 import subprocess
+import sys
 import time
 
 import pytest
@@ -237,6 +238,7 @@ def test_mount_points_made_here_are_removed_when_the_kubelet_stops(tmp_path, mon
     creatable.mkdir()
     (creatable / "kept").mkdir()  # already there: never removed
     monkeypatch.setattr(sandbox, "CREATABLE", (str(creatable) + "/",))
+    monkeypatch.setattr(sandbox, "HOST_STATE", tmp_path / "host")  # no other kubelet's pods
     target = creatable / "torchdag" / "trainer" / "agents"
     kubelet, api = make_kubelet(tmp_path / "state")
     mounted = pod(sh("main", f"test -d {target} && echo seen > {target}/../../seen-inside"),
@@ -250,6 +252,40 @@ def test_mount_points_made_here_are_removed_when_the_kubelet_stops(tmp_path, mon
     assert (creatable / "torchdag" / "seen-inside").exists()  # a folder with files stays
     assert (creatable / "kept").is_dir()
 
+
+
+def test_the_last_kubelet_on_the_machine_removes_the_mount_points_any_kubelet_made(tmp_path, monkeypatch,
+                                                                                 mounts_allowed):
+    """Two process kubelets on one machine (the e2e tests run two at once) share the folders:
+    while a pod of another kubelet has mounts (it holds the host lock shared), one that stops
+    leaves them, since rmdir would detach that pod's mount; the next one to stop with no pod
+    running anywhere removes them, its own and the others'."""
+    creatable = tmp_path / "opt"
+    creatable.mkdir()
+    monkeypatch.setattr(sandbox, "CREATABLE", (str(creatable) + "/",))
+    monkeypatch.setattr(sandbox, "HOST_STATE", tmp_path / "host")
+    (tmp_path / "host").mkdir()
+    other_made = creatable / "other" / "agents"
+    other_made.mkdir(parents=True)
+    (tmp_path / "host" / "made-folders").write_text(f"{other_made}\n{other_made.parent}\n")
+    other_pod = subprocess.Popen([sys.executable, "-c", (
+        "import fcntl, sys; f = open(sys.argv[1], 'a'); fcntl.flock(f, fcntl.LOCK_SH); print('held', flush=True); "
+        "sys.stdin.read()"), str(tmp_path / "host" / "lock")], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert other_pod.stdout.readline().strip() == "held"
+        target = creatable / "torchdag" / "agents"
+        kubelet, api = make_kubelet(tmp_path / "state")
+        mounted = pod(sh("main", f"test -d {target}"), volumes=[{"name": "helpers", "emptyDir": {}}])
+        mounted["spec"]["containers"][0]["volumeMounts"] = [{"name": "helpers", "mountPath": str(target)}]
+        run(kubelet, mounted)
+        assert api.statuses[-1]["phase"] == "Succeeded", api.statuses[-1]
+        kubelet.shutdown(grace=0.5)
+        assert target.is_dir() and other_made.is_dir()  # the other kubelet's pod still has mounts
+    finally:
+        other_pod.communicate("", timeout=10)
+    assert set(sandbox.remove_made_folders()) == {str(other_made), str(target), str(other_made.parent),
+                                                  str(target.parent)}
+    assert list(creatable.iterdir()) == []
 
 def test_a_program_under_a_bound_folder_still_runs(tmp_path, mounts_allowed):
     """Argo's own containers get an emptyDir on /tmp; a checkout under /tmp keeps argoexec
