@@ -59,15 +59,16 @@ def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool 
     return True if deselected and torch_module else None
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    # One local cluster per pytest process is a minute or two of both cores: with
-    # `--dist loadgroup` (make test) every e2e test goes to one xdist worker, so one cluster
-    # serves them all while the other worker runs everything else.
+    # One local cluster per pytest process (a minute or two of both cores) serves every e2e
+    # module that process runs. With `--dist loadgroup` (make test) each e2e module is a group
+    # of its own, kept on one worker in its order, and the modules share out between the two
+    # workers: their jobs take about 20 minutes, too long for one worker.
     for item in items:
         folder = Path(str(item.path)).parent.name
         for tier in FOLDER_TIERS.get(folder, ()):
             item.add_marker(getattr(pytest.mark, tier))
         if item.get_closest_marker("e2e"):
-            item.add_marker(pytest.mark.xdist_group("local-cluster"))
+            item.add_marker(pytest.mark.xdist_group(f"local-cluster-{Path(str(item.path)).stem}"))
 
 
 # ci: the examples follow from each test's own code, not from a random seed, so every run
