@@ -106,11 +106,12 @@ def reserved_env() -> list[str]:
 
 def planned_launcher_flags() -> list[str]:
     """Launcher flags (underscore spelling) that launcher.extraArgs may not set."""
-    planned = [text.lstrip("-").split("=", 1)[0] for text in _texts(catalog()["container"]["launcherArgs"])]
+    planned = [text.lstrip("-").split("=", 1)[0] for text in all_items(catalog()["container"]["launcherArgs"])]
     return list(dict.fromkeys(planned + catalog()["plannedLauncherFlags"]))
 
 
-def _texts(entries: list) -> list[str]:
+def all_items(entries: list) -> list[str]:
+    """A conditional list's values, whatever their `if` and `unless` (items() picks some)."""
     return [entry["value"] if isinstance(entry, dict) else entry for entry in entries]
 
 

@@ -31,7 +31,7 @@ it waits for, whether the DAG goes on without it, its arguments). Takes (dict "p
         arguments:
           parameters:
           {{- range .arguments }}
-          {{- if not (and $.plan.nodeRetry (eq (index . 0) "restart")) }}
+          {{- if not (and $.plan.nodeRetry (hasKey $.plan.catalog.container.argoArguments (index . 0))) }}
           - name: {{ index . 0 | toJson }}
             value: {{ index . 1 | toJson }}
           {{- end }}
@@ -59,7 +59,7 @@ it waits for, whether the DAG goes on without it, its arguments). Takes (dict "p
     inputs:
       parameters:
       {{- range $shape.parameters }}
-      {{- if not (has . (list "restart" "rdzv-host")) }}
+      {{- if not (hasKey $plan.catalog.container.argoArguments .) }}
       - name: {{ toJson . }}
       {{- end }}
       {{- end }}
@@ -79,7 +79,7 @@ it waits for, whether the DAG goes on without it, its arguments). Takes (dict "p
           parameters:
           {{- range $shape.parameters }}
           - name: {{ toJson . }}
-            value: {{ toJson (get (dict "restart" "{{retries}}" "rdzv-host" "{{=inputs.parameters['node-rank'] == '0' ? 'true' : 'false'}}") . | default (printf "{{inputs.parameters.%s}}" .)) }}
+            value: {{ toJson (get $plan.catalog.container.argoArguments . | default (include "torchdag.fill" (dict "text" $plan.catalog.container.inputParameter "fields" (dict "name" .)))) }}
           {{- end }}
   {{- end }}
   {{- if lt (int $plan.elasticFrom) (len $plan.nodes) }}

@@ -183,8 +183,8 @@ spec:
       - name: "gang"
         template: "gang"
       {{- end }}
-      - name: "gang-watch"
-        template: "gang-watch"
+      - name: {{ toJson $plan.watch.task }}
+        template: {{ toJson $plan.watch.task }}
         {{- include "torchdag.agentsDepends" $plan }}
       {{- end }}
       {{- if $plan.network }}
