@@ -469,11 +469,12 @@ def retry_strategy(values: dict) -> dict | None:
     limit = int(policy.get("maxRestarts") or 0)
     if not limit:
         return None
-    backoff = {"duration": f"{int(policy['backoffSeconds'])}s", "factor": "2"}
+    strategy = catalog()["restartStrategy"]
+    backoff = {"duration": f"{int(policy['backoffSeconds'])}s", "factor": str(strategy["factor"])}
     if not (values.get("timeouts") or {}).get("workflowDeadline"):
         # No deadline bounds the doubling waits: Argo's cap does (catalogue restartBackoffCapSeconds).
         backoff["cap"] = f"{max(int(catalog()['restartBackoffCapSeconds']), int(policy['backoffSeconds']))}s"
-    return {"limit": str(limit), "retryPolicy": "Always", "backoff": backoff}
+    return {"limit": str(limit), "retryPolicy": strategy["retryPolicy"], "backoff": backoff}
 
 
 def gang(values: dict, nodes: list) -> dict | None:
@@ -487,6 +488,7 @@ def gang(values: dict, nodes: list) -> dict | None:
     fields = {"group": group_name, "count": str(len(nodes)), "queue": scheduling["queue"] or ""}
     gang = {
         "kind": scheduling["gang"],
+        "task": catalog()["gangTask"],  # the PodGroup's, when there is one
         "scheduler_name": scheduling["schedulerName"] or entry["schedulerName"],
         "labels": [(key, fill(value, fields)) for key, value in sorted(entry["podLabels"].items())],
         "annotations": [(key, fill(value, fields)) for key, value in sorted(entry["podAnnotations"].items())],
@@ -562,5 +564,5 @@ def network_plan(values: dict) -> dict | None:
 
 def node_depends(gang: dict | None, network: dict | None) -> str:
     """The DAG tasks every node task waits for: the gang's PodGroup and the run's Service."""
-    tasks = (["gang"] if gang and gang["manifest"] else []) + ([catalog()["network"]["task"]] if network else [])
+    tasks = ([gang["task"]] if gang and gang["manifest"] else []) + ([catalog()["network"]["task"]] if network else [])
     return " && ".join(tasks)

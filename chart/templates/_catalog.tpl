@@ -531,6 +531,7 @@ The catalogue as JSON; read it with `include "torchdag.catalog" . | fromJson`. *
     }
   },
   "gangName": "{{ "{{" }}workflow.name}}",
+  "gangTask": "gang",
   "gangs": {
     "coscheduling": {
       "podAnnotations": {},
@@ -805,6 +806,10 @@ The catalogue as JSON; read it with `include "torchdag.catalog" . | fromJson`. *
     }
   },
   "restartBackoffCapSeconds": 3600,
+  "restartStrategy": {
+    "factor": 2,
+    "retryPolicy": "Always"
+  },
   "runNameMaxLength": 52,
   "setEnvWrapper": "set_env=\"$1\"; shift; if [ ! -r \"$set_env\" ]; then echo \"torchdag: cannot read $set_env (ascend.setEnvScript)\"; exit 127; fi; . \"$set_env\"; exec -- \"$@\"",
   "shmVolume": {

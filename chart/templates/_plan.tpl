@@ -146,7 +146,7 @@ names. Usage: include "torchdag.plan" (dict "root" $ "plan" $plan)
 
 {{- with $agents }}{{ $volumes = append $volumes .volume }}{{ end -}}
 {{- /* plan.retry_strategy: whole-job restarts */ -}}
-{{- if $restarts }}{{ $_ := set $plan (ternary "nodeRetry" "retry" $nodeRecovery) (dict "limit" (toString $restarts) "retryPolicy" "Always" "backoff" (dict "duration" (printf "%ds" (int64 $v.failurePolicy.backoffSeconds)) "factor" "2")) }}{{ end -}}
+{{- if $restarts }}{{ $_ := set $plan (ternary "nodeRetry" "retry" $nodeRecovery) (dict "limit" (toString $restarts) "retryPolicy" $cat.restartStrategy.retryPolicy "backoff" (dict "duration" (printf "%ds" (int64 $v.failurePolicy.backoffSeconds)) "factor" (printf "%d" (int64 $cat.restartStrategy.factor)))) }}{{ end -}}
 {{- if and $restarts (not $v.timeouts.workflowDeadline) }}{{ $_ := set (ternary $plan.nodeRetry $plan.retry $nodeRecovery).backoff "cap" (printf "%ds" (max (int64 $cat.restartBackoffCapSeconds) (int64 $v.failurePolicy.backoffSeconds))) }}{{ end -}}
 {{- include "torchdag.gang" (dict "plan" $plan "values" $v "catalog" $cat "nodes" $planned) -}}
 {{- include "torchdag.watch" (dict "plan" $plan "values" $v "nodes" $planned "catalog" $cat) -}}
@@ -157,7 +157,7 @@ names. Usage: include "torchdag.plan" (dict "root" $ "plan" $plan)
 {{- $net := $cat.network -}}
 {{- $facts := dict "run" $net.run "runLabel" $net.runLabel "port" (printf "%d" (int64 $v.port)) "job" (toJson $v.name) -}}
 {{- if $pod }}{{ $_ := set $plan "network" (dict "run" $net.run "label" (list $net.runLabel $net.run) "patch" (include "torchdag.items" (dict "items" $net.podSpecPatch "facts" $facts) | fromJsonArray) "manifest" (include "torchdag.items" (dict "items" $net.service "facts" $facts) | fromJsonArray)) }}{{ end -}}
-{{- $_ := set $plan "depends" (join " && " (compact (list (ternary "gang" "" (and $plan.gang $plan.gang.manifest | not | not)) (ternary $net.task "" $pod) (ternary $cat.agents.task "" (not (empty $agents)))))) -}}
+{{- $_ := set $plan "depends" (join " && " (compact (list (ternary $cat.gangTask "" (and $plan.gang $plan.gang.manifest | not | not)) (ternary $net.task "" $pod) (ternary $cat.agents.task "" (not (empty $agents)))))) -}}
 
 {{- /* plan.node_loops: past argoFullCrdMaxItems DAG tasks, each shape's machines in withItems tasks of at most maxItems */ -}}
 {{- $gangTasks := 1 }}{{ with $plan.gang }}{{ $gangTasks = ternary 2 1 (not (empty .manifest)) }}{{ end -}}
@@ -212,7 +212,7 @@ names. Usage: include "torchdag.plan" (dict "root" $ "plan" $plan)
 {{- $group := .catalog.gangName -}}
 {{- $count := len .nodes -}}
 {{- $fill := dict "group" $group "count" (toString $count) "queue" ($scheduling.queue | default "") -}}
-{{- $gang := dict "kind" $scheduling.gang "schedulerName" ($scheduling.schedulerName | default $entry.schedulerName) "roleAnnotation" $entry.roleAnnotation -}}
+{{- $gang := dict "kind" $scheduling.gang "task" .catalog.gangTask "schedulerName" ($scheduling.schedulerName | default $entry.schedulerName) "roleAnnotation" $entry.roleAnnotation -}}
 {{- range $field, $source := dict "labels" $entry.podLabels "annotations" $entry.podAnnotations -}}
 {{- $pairs := list -}}
 {{- range $key, $value := $source }}{{ $pairs = append $pairs (list $key (include "torchdag.fill" (dict "text" $value "fields" $fill))) }}{{ end -}}
