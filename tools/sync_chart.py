@@ -391,10 +391,16 @@ def catalog_tpl(catalog: dict, schema: dict) -> str:
     )
 
 
+def agent_files() -> dict[str, str]:
+    """Every file a Workflow may carry (catalog `agents.files`) and its text, copied into
+    chart/files/agents/ so that both renderers embed the same bytes."""
+    from torchdag.agents import agent_text
+
+    return {name: agent_text(name) for name in facts.all_items(facts.catalog()["agents"]["files"])}
+
+
 def outputs() -> dict[Path, str]:
     import yaml
-
-    from torchdag.agents import agent_files
 
     catalog = yaml.safe_load(CATALOG.read_text(encoding="utf-8"))
     schema_text = schema_with_catalog(SCHEMA.read_text(encoding="utf-8"), list(catalog["accelerators"]))
