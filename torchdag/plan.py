@@ -120,7 +120,7 @@ class Plan:
 
     def task_template(self, shape: Shape) -> str:
         """The template a node task calls: under node recovery the shape's retry wrapper."""
-        return shape.name + "-retry" if self.node_retry else shape.name
+        return fill(catalog()["container"]["retryWrapper"], {"name": shape.name}) if self.node_retry else shape.name
 
     def task_arguments(self, arguments: tuple) -> tuple:
         """A node task's arguments; under node recovery the wrapper passes `restart` itself."""

@@ -475,6 +475,7 @@ The catalogue as JSON; read it with `include "torchdag.catalog" . | fromJson`. *
       },
       "--exec"
     ],
+    "retryWrapper": "{name}-retry",
     "shapeKey": [
       "accelerator",
       "devices",

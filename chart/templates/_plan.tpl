@@ -127,6 +127,7 @@ names. Usage: include "torchdag.plan" (dict "root" $ "plan" $plan)
 {{- $name := ternary (join "-" (prepend $shape.suffixes $shape.base)) $shape.base (gt (int (get $byBase $shape.base)) 1) -}}
 {{- $_ := set $taken $name (add1 (get $taken $name | default 0)) -}}
 {{- $_ := set $shape "name" (ternary (printf "%s-%d" $name (int (get $taken $name))) $name (gt (int (get $taken $name)) 1)) -}}
+{{- $_ := set $shape "retryWrapper" (include "torchdag.fill" (dict "text" $container.retryWrapper "fields" $shape)) -}}
 {{- end -}}
 
 {{- /* plan.volumes */ -}}

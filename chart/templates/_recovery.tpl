@@ -11,7 +11,7 @@ sets .plan.nodeRecovery and .plan.elasticFrom. Takes (dict "plan" "job" "values"
 {{/* templates/_node_task.j2: one node task's body after its name (the template it calls, what
 it waits for, whether the DAG goes on without it, its arguments). Takes (dict "plan" "shape" "arguments" "elastic"). */}}
 {{- define "torchdag.nodeTask" }}
-        template: {{ toJson (ternary (printf "%s-retry" .shape.name) .shape.name (not (empty .plan.nodeRetry))) }}
+        template: {{ toJson (ternary .shape.retryWrapper .shape.name (not (empty .plan.nodeRetry))) }}
         {{- if lt (int .plan.elasticFrom) (len .plan.nodes) }}
         {{- with .plan.depends }}
         dependencies:
@@ -46,7 +46,7 @@ it waits for, whether the DAG goes on without it, its arguments). Takes (dict "p
   {{- $retry := . }}
   {{- range $shape := $plan.shapes }}
   # Retries this node alone; the other nodes keep their pods (failurePolicy.recovery node).
-  - name: {{ toJson (printf "%s-retry" $shape.name) }}
+  - name: {{ toJson $shape.retryWrapper }}
     retryStrategy:
       limit: {{ toJson $retry.limit }}
       retryPolicy: {{ toJson $retry.retryPolicy }}
