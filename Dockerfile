@@ -30,6 +30,8 @@ RUN if ! getent passwd 1000 >/dev/null; then \
     fi
 
 COPY trainer/ /opt/torchdag/trainer/
+# trainer/device.py reads the device kinds' backends from the catalogue, as in a checkout.
+COPY torchdag/catalog.yaml /opt/torchdag/torchdag/catalog.yaml
 RUN chmod 0755 /opt/torchdag/trainer/entrypoint.sh \
     && python3 -m compileall -q /opt/torchdag/trainer
 

@@ -29,6 +29,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))  # torchdag's catalogue and agents
+from torchdag import catalog as facts  # noqa: E402
+
 SCHEMA = REPO / "schema" / "values.schema.json"
 CATALOG = REPO / "torchdag" / "catalog.yaml"
 CHART = REPO / "chart"
@@ -297,25 +299,62 @@ def _any_prefix(flag: str) -> str:
     return parts[0] + "".join(f"({part}" for part in parts[1:]) + ")?" * (len(parts) - 1)
 
 
+# --- name lists and facts the schema's generated `$defs` take from the catalogue ---------------
+
+def reserved_env() -> list[str]:
+    """Env names torchdag or the launcher sets: a user `env` entry would silently fight them."""
+    container = facts.catalog()["container"]
+    names = [entry["value"][0] for entry in container["env"] + container["fieldEnv"]]
+    return list(dict.fromkeys(names + facts.catalog()["launcherEnv"]))
+
+
+def planned_launcher_flags() -> list[str]:
+    """Launcher flags (underscore spelling) that launcher.extraArgs may not set."""
+    launcher_args = facts.all_items(facts.catalog()["container"]["launcherArgs"])
+    planned = [text.lstrip("-").split("=", 1)[0] for text in launcher_args]
+    return list(dict.fromkeys(planned + facts.catalog()["plannedLauncherFlags"]))
+
+
+def builtin_volumes() -> list[str]:
+    return ([facts.catalog()["shmVolume"]["name"]] + [mount["name"] for mount in facts.catalog()["ascendMounts"]]
+            + [facts.catalog()["agents"]["volume"]])
+
+
+def fit_definitions() -> dict[str, dict]:
+    """The facts the schema rules port-privileged, port-hccl, hccl-exec-timeout-short and
+    pod-security-ascend-driver read, as `$defs` (tools/sync_chart.py writes them in): the Ascend
+    kinds, the host ports HCCL takes and the env that moves them, the ports only
+    CAP_NET_BIND_SERVICE binds on the host network, the timeouts below HCCL_EXEC_TIMEOUT's step
+    (each an integer: a rule's `if` must not hold for a value of another type, such as a quoted
+    number, which the schema refuses on its own)."""
+    ports = facts.catalog()["ports"]
+    hccl = ports["hcclHost"]
+    return {
+        "ascendKind": {"enum": [kind for kind in facts.accelerator_kinds() if facts.is_ascend(kind)]},
+        "hcclHostPort": {"type": "integer", "minimum": hccl["base"], "maximum": hccl["base"] + hccl["count"] - 1},
+        "hcclPortEnv": {"anyOf": [{"required": [name]} for name in hccl["env"]]},
+        "privilegedPort": {"type": "integer", "minimum": 1, "maximum": ports["unprivilegedPortStart"] - 1},
+        "hcclExecShort": {"type": "integer", "minimum": 1, "maximum": facts.catalog()["hcclExecTimeout"]["step"] - 1},
+    }
+
+
 def generated_definitions(schema: dict) -> dict[str, dict]:
     """The schema's `$defs` from the catalogue and the schema's defaults; both renderers enforce their rules
     (env-reserved, launcher-planned-flag, resource-name-kind, volume-builtin-name, null-deletes-default, fit's)."""
-    from torchdag import catalog
-
     # A planned flag in either spelling (--node-rank, --node_rank) or any prefix of it, which argparse
     # expands (--nnode, --master_ad; -m and -r are options of their own), with or without `=value`;
     # [\s\S] and a final $ read the same in Python's re and Go's RE2.
-    flags = "|".join(_any_prefix(flag) for flag in catalog.planned_launcher_flags())
-    devices = [kind for kind in catalog.accelerator_kinds() if catalog.accelerator(kind)["resource"]]
+    flags = "|".join(_any_prefix(flag) for flag in planned_launcher_flags())
+    devices = [kind for kind in facts.accelerator_kinds() if facts.accelerator(kind)["resource"]]
     return {
-        "reservedEnvNames": {"properties": {name: {"$ref": "#/$defs/reservedEnv"} for name in catalog.reserved_env()}},
+        "reservedEnvNames": {"properties": {name: {"$ref": "#/$defs/reservedEnv"} for name in reserved_env()}},
         "plannedLauncherFlag": {"type": "string", "pattern": f"^--({flags})(=[\\s\\S]*)?$"},
         "resourceNameMap": {"properties": {kind: {"$ref": "#/$defs/extendedResourceName"} for kind in devices},
                             "additionalProperties": {"x-rule": "resource-name-kind", "not": {}, "x-message": "takes no "
                                                      f"resource name: only accelerator kinds do ({', '.join(devices)});"
                                                      " a cpu node gets no device limit"}},
-        "builtinVolumeName": {"enum": catalog.builtin_volumes()},
-        "nullRefused": null_refused(schema, catalog.catalog()["nullMessage"]), **catalog.fit_definitions(),
+        "builtinVolumeName": {"enum": builtin_volumes()},
+        "nullRefused": null_refused(schema, facts.catalog()["nullMessage"]), **fit_definitions(),
     }
 
 
@@ -340,8 +379,6 @@ def catalog_tpl(catalog: dict, schema: dict) -> str:
     it: `kinds` (each accelerator with its device's facts merged in) and the required keys'
     placeholders. Go templates
     would read a `{{` in the data as an action, so each is written as a string action."""
-    from torchdag import catalog as facts
-
     data = {**catalog, "kinds": {kind: facts.accelerator(kind) for kind in catalog["accelerators"]},
             "chartPlaceholders": PLACEHOLDERS}
     text = json.dumps(data, ensure_ascii=False, sort_keys=True, indent=2).replace("{{", '{{ "{{" }}')
@@ -354,10 +391,16 @@ def catalog_tpl(catalog: dict, schema: dict) -> str:
     )
 
 
+def agent_files() -> dict[str, str]:
+    """Every file a Workflow may carry (catalog `agents.files`) and its text, copied into
+    chart/files/agents/ so that both renderers embed the same bytes."""
+    from torchdag.agents import agent_text
+
+    return {name: agent_text(name) for name in facts.all_items(facts.catalog()["agents"]["files"])}
+
+
 def outputs() -> dict[Path, str]:
     import yaml
-
-    from torchdag.agents import agent_files
 
     catalog = yaml.safe_load(CATALOG.read_text(encoding="utf-8"))
     schema_text = schema_with_catalog(SCHEMA.read_text(encoding="utf-8"), list(catalog["accelerators"]))

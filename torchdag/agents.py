@@ -22,15 +22,6 @@ def agent_text(name: str) -> str:
     return (AGENTS_DIR / name).read_text(encoding="utf-8")
 
 
-def agent_files() -> dict[str, str]:
-    """Every file the Workflow may carry (catalog `agents.files`) and its text: tools/sync_chart.py
-    copies them into chart/files/agents/, so that both renderers embed the same bytes."""
-    return {name: agent_text(name) for name in items(catalog()["agents"]["files"], _ALL_FACTS)}
-
-
-_ALL_FACTS = {"recorder": True, "preflight": True, "gang": True}
-
-
 def agents_plan(values: dict, facts: dict) -> dict | None:
     """The ConfigMap task's manifest (lines as printed), the pod volume and the mount; None when
     the image brings the helpers or the containers run none. facts: recorder, preflight, gang."""

@@ -97,26 +97,9 @@ def resource_name(kind: str, values: dict) -> str:
     return (values.get("resourceNames") or {}).get(kind) or accelerator(kind)["resource"]
 
 
-def reserved_env() -> list[str]:
-    """Env names torchdag or the launcher sets: a user `env` entry would silently fight them."""
-    container = catalog()["container"]
-    names = [entry["value"][0] for entry in container["env"] + container["fieldEnv"]]
-    return list(dict.fromkeys(names + catalog()["launcherEnv"]))
-
-
-def planned_launcher_flags() -> list[str]:
-    """Launcher flags (underscore spelling) that launcher.extraArgs may not set."""
-    planned = [text.lstrip("-").split("=", 1)[0] for text in _texts(catalog()["container"]["launcherArgs"])]
-    return list(dict.fromkeys(planned + catalog()["plannedLauncherFlags"]))
-
-
-def _texts(entries: list) -> list[str]:
+def all_items(entries: list) -> list[str]:
+    """A conditional list's values, whatever their `if` and `unless` (items() picks some)."""
     return [entry["value"] if isinstance(entry, dict) else entry for entry in entries]
-
-
-def builtin_volumes() -> list[str]:
-    return ([catalog()["shmVolume"]["name"]] + [mount["name"] for mount in catalog()["ascendMounts"]]
-            + [catalog()["agents"]["volume"]])
 
 
 @functools.lru_cache(maxsize=None)
@@ -126,21 +109,3 @@ def _ipv4() -> re.Pattern:
 
 def is_ipv4(text: str) -> bool:
     return bool(_ipv4().match(text))
-
-
-def fit_definitions() -> dict[str, dict]:
-    """The facts the schema rules port-privileged, port-hccl, hccl-exec-timeout-short and
-    pod-security-ascend-driver read, as `$defs` (tools/sync_chart.py writes them in): the Ascend
-    kinds, the host ports HCCL takes and the env that moves them, the ports only
-    CAP_NET_BIND_SERVICE binds on the host network, the timeouts below HCCL_EXEC_TIMEOUT's step
-    (each an integer: a rule's `if` must not hold for a value of another type, such as a quoted
-    number, which the schema refuses on its own)."""
-    ports = catalog()["ports"]
-    hccl = ports["hcclHost"]
-    return {
-        "ascendKind": {"enum": [kind for kind in accelerator_kinds() if is_ascend(kind)]},
-        "hcclHostPort": {"type": "integer", "minimum": hccl["base"], "maximum": hccl["base"] + hccl["count"] - 1},
-        "hcclPortEnv": {"anyOf": [{"required": [name]} for name in hccl["env"]]},
-        "privilegedPort": {"type": "integer", "minimum": 1, "maximum": ports["unprivilegedPortStart"] - 1},
-        "hcclExecShort": {"type": "integer", "minimum": 1, "maximum": catalog()["hcclExecTimeout"]["step"] - 1},
-    }

@@ -22,20 +22,13 @@ from dataclasses import dataclass, field
 
 from .access import ascend_pod_security
 from .agents import agents_plan
-from .catalog import accelerator, catalog, fill, hccl_exec_timeout, hccl_limit, is_ipv4, items, resource_name
+from .catalog import accelerator, all_items, catalog, fill, hccl_exec_timeout, hccl_limit, is_ipv4, items, resource_name
 from .yamlout import dollar_escape, quantity, quote
-
-# Argo fills this in a template with a retryStrategy: 0 on the first attempt, then 1, 2...
-ARGO_RETRIES = "{{retries}}"
-# The container templates' input parameters (catalog `container.parameters` picks per shape).
-INPUTS = ("host", "node-rank", "nic", "if-ip", "restart", "rdzv-host")
-# Input parameters the node-recovery retry wrapper fills itself: no DAG task passes them.
-WRAPPER_FILLED = ("rdzv-host",)
 
 
 def argo_parameter(name: str) -> str:
     """The Argo placeholder of a template's input parameter, filled per DAG task."""
-    return "{{inputs.parameters." + name + "}}"
+    return fill(catalog()["container"]["inputParameter"], {"name": name})
 
 
 @dataclass(frozen=True)
@@ -127,11 +120,16 @@ class Plan:
 
     def task_template(self, shape: Shape) -> str:
         """The template a node task calls: under node recovery the shape's retry wrapper."""
-        return shape.name + "-retry" if self.node_retry else shape.name
+        return fill(catalog()["container"]["retryWrapper"], {"name": shape.name}) if self.node_retry else shape.name
 
     def task_arguments(self, arguments: tuple) -> tuple:
         """A node task's arguments; under node recovery the wrapper passes `restart` itself."""
-        return tuple(pair for pair in arguments if not (self.node_retry and pair[0] == "restart"))
+        return tuple(pair for pair in arguments if not (self.node_retry and pair[0] in self.argo_arguments))
+
+    @property
+    def argo_arguments(self) -> dict:
+        """What a node template's caller passes for the parameters no node fact gives."""
+        return catalog()["container"]["argoArguments"]
 
     @property
     def labels(self) -> dict:
@@ -207,7 +205,7 @@ def job_facts(values: dict, backend: str, master_address: str) -> dict:
         "whitelistDisable": bool(values["ascend"]["whitelistDisable"]),
         "podNetwork": is_pod(values),
         "rendezvousWait": rendezvous_wait(values),
-        **{f"input:{name}": argo_parameter(name) for name in INPUTS},
+        **{f"input:{name}": argo_parameter(name) for name in all_items(catalog()["container"]["parameters"])},
     }
 
 
@@ -376,7 +374,9 @@ def make_plan(values: dict) -> Plan:
         nic = node.get("nic") or (values["network"]["nic"] if pod else "")
         resources = _resources(node, values)
         facts = shape_facts(job, kind, devices, nic, address, "resources" in node)
-        key = (kind, devices, repr(resources), nic if nic in ("", "auto") else "named", facts["hasIfIp"])
+        shared = {"accelerator": kind, "devices": devices, "resources": repr(resources), "hasIfIp": facts["hasIfIp"],
+                  "nicMode": nic if nic in ("", "auto") else "named"}
+        key = tuple(shared[name] for name in catalog()["container"]["shapeKey"])
         if key not in specs:
             specs[key] = _shape(values, facts, resources, mounts_driver)
         placed.append((rank, index, node, kind, devices, address, nic, key))
@@ -389,8 +389,9 @@ def make_plan(values: dict) -> Plan:
     planned = []
     for rank, index, node, kind, devices, address, nic, key in placed:
         shape = shapes[key]
-        facts = {"host": node["name"], "node-rank": str(rank), "nic": nic, "if-ip": address, "restart": ARGO_RETRIES}
-        arguments = tuple((name, facts[name]) for name in shape.parameters if name not in WRAPPER_FILLED)
+        facts = {"host": node["name"], "node-rank": str(rank), "nic": nic, "if-ip": address,
+                 "restart": catalog()["container"]["argoArguments"]["restart"]}
+        arguments = tuple((name, facts[name]) for name in shape.parameters if name in facts)
         planned.append(NodePlan(index, rank, node["name"], address, nic, kind, devices, shape, arguments))
 
     gang_plan, network = gang(values, planned), network_plan(values)
@@ -468,15 +469,12 @@ def retry_strategy(values: dict) -> dict | None:
     limit = int(policy.get("maxRestarts") or 0)
     if not limit:
         return None
-    backoff = {"duration": f"{int(policy['backoffSeconds'])}s", "factor": "2"}
+    strategy = catalog()["restartStrategy"]
+    backoff = {"duration": f"{int(policy['backoffSeconds'])}s", "factor": str(strategy["factor"])}
     if not (values.get("timeouts") or {}).get("workflowDeadline"):
         # No deadline bounds the doubling waits: Argo's cap does (catalogue restartBackoffCapSeconds).
         backoff["cap"] = f"{max(int(catalog()['restartBackoffCapSeconds']), int(policy['backoffSeconds']))}s"
-    return {"limit": str(limit), "retryPolicy": "Always", "backoff": backoff}
-
-
-# The gang's name: one per Workflow run (a retried DAG keeps it).
-GANG_NAME = "{{workflow.name}}"
+    return {"limit": str(limit), "retryPolicy": strategy["retryPolicy"], "backoff": backoff}
 
 
 def gang(values: dict, nodes: list) -> dict | None:
@@ -486,24 +484,19 @@ def gang(values: dict, nodes: list) -> dict | None:
     scheduling = values["scheduling"]
     if scheduling["gang"] == "none":
         return None
-    entry = catalog()["gangs"][scheduling["gang"]]
-    fields = {"group": GANG_NAME, "count": str(len(nodes)), "queue": scheduling["queue"] or ""}
-    watch = [*scheduling["watchCommand"], f"--workflow={GANG_NAME}", "--namespace={{workflow.namespace}}",
-             f"--pods={len(nodes)}", f"--timeout={int(scheduling['timeout'])}"]
+    entry, group_name = catalog()["gangs"][scheduling["gang"]], catalog()["gangName"]
+    fields = {"group": group_name, "count": str(len(nodes)), "queue": scheduling["queue"] or ""}
     gang = {
         "kind": scheduling["gang"],
+        "task": catalog()["gangTask"],  # the PodGroup's, when there is one
         "scheduler_name": scheduling["schedulerName"] or entry["schedulerName"],
         "labels": [(key, fill(value, fields)) for key, value in sorted(entry["podLabels"].items())],
         "annotations": [(key, fill(value, fields)) for key, value in sorted(entry["podAnnotations"].items())],
-        "watch": [dollar_escape(word) for word in watch],
         "manifest": None,
         "role_annotation": entry.get("roleAnnotation"),  # printed with each template's name
     }
     group = entry["podGroup"]
     if group:
-        # The watch deletes it when it stops the job: it lives as long as the Workflow and
-        # may hold queue capacity otherwise.
-        gang["watch"].append(f"--podgroup={group['apiVersion']}/{group['resource']}/{GANG_NAME}")
         priority = values["workflow"]["priorityClassName"]
         facts = {"count": str(len(nodes)), "timeout": str(int(scheduling["timeout"])),
                  "queue": quote(scheduling["queue"]) if scheduling["queue"] else "",
@@ -518,20 +511,19 @@ def gang(values: dict, nodes: list) -> dict | None:
             spec += ["minResources:",
                      *[f"  {quote(name)}: {quote(str(count))}" for name, count in sorted(totals.items())]]
         gang["manifest"] = [f"apiVersion: {quote(group['apiVersion'])}", 'kind: "PodGroup"', "metadata:",
-                            f"  name: {quote(GANG_NAME)}", "spec:", *[f"  {line}" for line in spec]]
+                            f"  name: {quote(group_name)}", "spec:", *[f"  {line}" for line in spec]]
     return gang
 
 
 def scheduling_watch(values: dict, nodes: list, gang_plan: dict | None) -> dict:
-    """The task that bounds scheduling (scheduling.timeout) in every job: under a gang the
-    gang watch; without one the same agent (--what=pods) stops the Workflow when any node's
-    pod stays unscheduled past the timeout, naming its host and the scheduler's reason."""
-    if gang_plan:
-        return {"task": "gang-watch", "command": gang_plan["watch"]}
-    scheduling = values["scheduling"]
-    command = [*scheduling["watchCommand"], f"--workflow={GANG_NAME}", "--namespace={{workflow.namespace}}",
-               f"--pods={len(nodes)}", f"--timeout={int(scheduling['timeout'])}", "--what=pods"]
-    return {"task": "schedule-watch", "command": [dollar_escape(word) for word in command]}
+    """The task that bounds scheduling (scheduling.timeout) in every job (catalogue `watch`)."""
+    entry = catalog()["watch"]
+    group = catalog()["gangs"][gang_plan["kind"]]["podGroup"] if gang_plan else None
+    facts = {**(group or {}), "group": catalog()["gangName"], "count": str(len(nodes)), "gang": bool(gang_plan),
+             "timeout": str(int(values["scheduling"]["timeout"])), "podGroup": bool(group)}
+    command = values["scheduling"]["watchCommand"] + items(entry["args"], facts)
+    return {"task": entry["task"]["gang" if gang_plan else "none"], "requests": entry["requests"],
+            "command": [dollar_escape(word) for word in command]}
 
 
 # --- the pod network ---------------------------------------------------------------------------
@@ -572,5 +564,5 @@ def network_plan(values: dict) -> dict | None:
 
 def node_depends(gang: dict | None, network: dict | None) -> str:
     """The DAG tasks every node task waits for: the gang's PodGroup and the run's Service."""
-    tasks = (["gang"] if gang and gang["manifest"] else []) + ([catalog()["network"]["task"]] if network else [])
+    tasks = ([gang["task"]] if gang and gang["manifest"] else []) + ([catalog()["network"]["task"]] if network else [])
     return " && ".join(tasks)

@@ -12,9 +12,9 @@ import jinja2
 import yaml
 
 from . import TEMPLATES_DIR
-from .catalog import catalog, fill
+from .catalog import catalog, fill, problem
 from .errors import InternalBug, Problem, ValuesError
-from .plan import Plan
+from .plan import Plan, argo_parameter
 from .summary import summary_comment
 from .yamlout import quote, sorted_items, toleration
 
@@ -32,6 +32,7 @@ def _environment() -> jinja2.Environment:
         autoescape=False,  # YAML, not HTML: quoting is done by the tojson filter
     )
     env.filters.update(tojson=quote, sorted_items=sorted_items, toleration=toleration)
+    env.globals.update(input_parameter=argo_parameter)
     return env
 
 
@@ -80,17 +81,9 @@ def size_problem(plan: Plan, kind: str, spec_bytes: int) -> Problem | None:
     attempts, status = status_budget(plan)
     if spec_bytes + status <= limit:
         return None
-    n = len(plan.nodes)
-    if spec_bytes > limit:
-        return Problem(("nodes",), f"{n} nodes make a {kind} of {spec_bytes} bytes as the API server stores it (JSON), "
-                                   f"over the {limit}-byte limit Argo's controller holds a Workflow to (it ends a "
-                                   "larger one in Error before its first pod): split the job, or shorten args, env "
-                                   "and names")
-    return Problem(("nodes",), f"{n} nodes make a {kind} of {spec_bytes} bytes (JSON), and Argo's status for "
-                               f"{attempts} attempt(s) adds about {status} bytes (failurePolicy.maxRestarts "
-                               f"{attempts - 1}): over the {limit} bytes Argo keeps in one object, so the Workflow "
-                               "would end in Error mid-run; lower failurePolicy.maxRestarts, split the job, or, if "
-                               "the controller offloads node status to a database, set workflow.nodeStatusOffload")
+    return problem("workflow-size-spec" if spec_bytes > limit else "workflow-size-status", ("nodes",),
+                   count=len(plan.nodes), kind=kind, bytes=spec_bytes, limit=limit, attempts=attempts, status=status,
+                   restarts=attempts - 1)
 
 
 def _kind(document: yaml.MappingNode) -> str:

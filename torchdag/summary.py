@@ -10,9 +10,6 @@ from __future__ import annotations
 from . import catalog
 from .plan import Plan
 
-# Jobs larger than this print the first and last rows only (NOTES, --summary --short).
-SHORT_ROWS = 8
-
 
 def summary_lines(plan: Plan, short: bool = False) -> list[str]:
     v = plan.values
@@ -44,10 +41,10 @@ def summary_lines(plan: Plan, short: bool = False) -> list[str]:
         (str(node.rank), node.name, node.address, node.nic or "-", node.accelerator, str(node.devices), node.shape.name)
         for node in nodes
     ]
-    skipped = 0
-    if short and len(rows) > SHORT_ROWS:
-        skipped = len(rows) - SHORT_ROWS
-        rows = rows[: SHORT_ROWS // 2] + rows[-SHORT_ROWS // 2 :]
+    skipped, half = 0, texts["shortRows"] // 2
+    if short and len(rows) > 2 * half:
+        skipped = len(rows) - 2 * half
+        rows = rows[:half] + rows[-half:]
     widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
 
     def line(row) -> str:
@@ -56,7 +53,7 @@ def summary_lines(plan: Plan, short: bool = False) -> list[str]:
 
     lines.append(line(header))
     for index, row in enumerate(rows):
-        if skipped and index == SHORT_ROWS // 2:
+        if skipped and index == half:
             lines.append(f"... {skipped} more node(s) ...")
         lines.append(line(row))
     return lines

@@ -134,7 +134,7 @@ def _restart_problems(values: dict) -> list[Problem]:
     for _ in range(restarts):
         if waited >= deadline:
             break
-        waited, step = waited + step, step * 2
+        waited, step = waited + step, step * catalog.catalog()["restartStrategy"]["factor"]
         fit += waited < deadline
     if fit == restarts:
         return []

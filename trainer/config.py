@@ -6,6 +6,7 @@ import argparse
 import dataclasses
 import os
 
+from trainer.device import backend_names, catalog
 from trainer.errors import TrainerError
 
 DEFAULT_PG_TIMEOUT_S = 600  # when TORCHDAG_PG_TIMEOUT is unset (gloo's own default is 30 min)
@@ -118,9 +119,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="shared: global rank 0 writes; node-local: every node's local rank 0 writes its own copy")
     p.add_argument("--ignore-bad-checkpoints", action="store_true",
                    help="start at step 0 when checkpoints exist but none is readable (default: exit 2)")
-    p.add_argument("--device", choices=("npu", "cuda", "cpu"), default=None,
+    # The device kinds and backends of the catalogue (torchdag/catalog.yaml), as trainer/device.py reads it.
+    p.add_argument("--device", choices=list(catalog()["devices"]), default=None,
                    help="overrides TORCHDAG_DEVICE and auto-detection")
-    p.add_argument("--backend", choices=("hccl", "nccl", "gloo"), default=None,
+    p.add_argument("--backend", choices=backend_names(), default=None,
                    help="overrides TORCHDAG_BACKEND and the device's native backend")
     p.add_argument("--pg-timeout", type=_positive(int), default=None,
                    help=f"process-group timeout in s (overrides TORCHDAG_PG_TIMEOUT; default {DEFAULT_PG_TIMEOUT_S})")

@@ -1,24 +1,39 @@
 """The one place that decides the device and the process-group backend.
 
-Resolution order for the device kind: ``--device`` flag, then
-``TORCHDAG_DEVICE``, then auto-detection (npu when torch_npu imports and an
-NPU is present, else cuda, else cpu).  The backend: ``--backend`` flag, then
-``TORCHDAG_BACKEND``, then the native backend of the device kind
-(npu->hccl, cuda->nccl, cpu->gloo).
+The device kind: ``--device``, then ``TORCHDAG_DEVICE``, then auto-detection (npu when
+torch_npu imports and an NPU is present, else cuda, else cpu). The backend: ``--backend``,
+then ``TORCHDAG_BACKEND``, then the device kind's native backend. Both TORCHDAG_* come from
+the rendered Workflow; the kinds, their backends and which backend runs on which kind come
+from the same catalogue (torchdag/catalog.yaml `devices` and `backends`), which the image
+carries beside trainer/ as a checkout does. A kind's torch module (torch.npu, registered
+by torch_npu, or torch.cuda) is its one device handle, as torchtitan's `device_module`.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
+from pathlib import Path
 
 import torch
+import yaml
 
 from trainer.errors import TrainerError
 
-DEVICE_KINDS = ("npu", "cuda", "cpu")
-BACKENDS = ("hccl", "nccl", "gloo")
-NATIVE_BACKEND = {"npu": "hccl", "cuda": "nccl", "cpu": "gloo"}
+CATALOG = Path(__file__).resolve().parent.parent / "torchdag" / "catalog.yaml"
+
+
+@functools.lru_cache(maxsize=None)
+def catalog() -> dict:
+    """The catalogue's `devices` (kind -> facts, the native `backend` among them) and `backends`."""
+    entries = yaml.safe_load(CATALOG.read_text(encoding="utf-8"))
+    return {"devices": entries["devices"], "backends": entries["backends"]}
+
+
+def backend_names() -> list[str]:
+    """The backends a trainer runs: each device kind's native one (gloo is cpu's)."""
+    return list(dict.fromkeys(entry["backend"] for entry in catalog()["devices"].values()))
 
 
 class DeviceError(TrainerError):
@@ -43,55 +58,37 @@ class Placement:
         return self.backend == "gloo" and self.kind != "cpu"
 
 
-def _try_import_torch_npu() -> tuple[bool, str]:
-    """Import torch_npu, turning *any* failure into (False, reason).
+def _import_torch_npu() -> str:
+    """Import torch_npu (which registers torch.npu): "" when it imports, else why not.
 
-    Off-Ascend the wheel raises ImportError (missing libhccl.so) or, through
-    torch's autoload hook, RuntimeError; neither may take the trainer down when
-    the node simply has no NPU.
+    Off-Ascend the wheel raises ImportError (missing libhccl.so) or, through torch's
+    autoload hook, RuntimeError; neither may take the trainer down when the node simply
+    has no NPU.
     """
     try:
-        import torch_npu  # noqa: F401  (registers torch.npu)
+        import torch_npu  # noqa: F401
     except KeyboardInterrupt:
         raise
     except BaseException as exc:  # noqa: BLE001 - any failure means "no NPU"
-        return False, f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}".rstrip(": ")
-    npu = getattr(torch, "npu", None)
-    if npu is None:
-        return False, "torch_npu imported but did not register torch.npu"
+        return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}".rstrip(": ")
+    return ""
+
+
+def usable(kind: str) -> tuple[bool, str]:
+    """Whether this node has a device of this kind, and what was found (or why not)."""
+    if kind == "cpu":
+        return True, "cpu"
+    failed = _import_torch_npu() if kind == "npu" else ""
+    module = None if failed else getattr(torch, kind, None)
+    if module is None:
+        return False, failed or f"torch.{kind} is not registered"
     try:
-        count = int(npu.device_count()) if npu.is_available() else 0
-    except Exception as exc:  # noqa: BLE001 - a broken driver is "no NPU"
-        return False, f"torch.npu query failed: {type(exc).__name__}: {exc}"
+        count = int(module.device_count()) if module.is_available() else 0
+    except Exception as exc:  # noqa: BLE001 - a broken driver is "no device"
+        return False, f"torch.{kind} query failed: {type(exc).__name__}: {exc}"
     if count < 1:
-        return False, "torch_npu imported but reports no NPU device"
-    return True, f"{count} NPU(s)"
-
-
-def npu_available() -> tuple[bool, str]:
-    return _try_import_torch_npu()
-
-
-def cuda_available() -> tuple[bool, str]:
-    if torch.cuda.is_available() and torch.cuda.device_count() > 0:
-        return True, f"{torch.cuda.device_count()} CUDA device(s)"
-    return False, "no CUDA device"
-
-
-def _available(kind: str) -> tuple[bool, str]:
-    if kind == "npu":
-        return npu_available()
-    if kind == "cuda":
-        return cuda_available()
-    return True, "cpu"
-
-
-def device_count(kind: str) -> int:
-    if kind == "npu":
-        return int(torch.npu.device_count())  # type: ignore[attr-defined]
-    if kind == "cuda":
-        return torch.cuda.device_count()
-    return 1
+        return False, f"torch.{kind} reports no {kind.upper()} device"
+    return True, f"{count} {kind.upper()} device(s)"
 
 
 def resolve(
@@ -102,49 +99,44 @@ def resolve(
 ) -> Placement:
     """Pick device and backend for this rank and make the device current."""
     env = os.environ if env is None else env
+    devices, backends = catalog()["devices"], catalog()["backends"]
     kind = device or env.get("TORCHDAG_DEVICE") or None
     source = "--device" if device else ("TORCHDAG_DEVICE" if kind else "auto")
     note = ""
     if kind is not None:
         kind = kind.strip().lower()
-        if kind not in DEVICE_KINDS:
-            raise DeviceError(f"unknown device kind {kind!r} (from {source}); use one of {', '.join(DEVICE_KINDS)}")
-        ok, why = _available(kind)
+        if kind not in devices:
+            raise DeviceError(f"unknown device kind {kind!r} (from {source}); use one of {', '.join(devices)}")
+        ok, why = usable(kind)
         if not ok:
             # An explicit request that cannot be met is an error, not a silent
             # fallback: a CPU rank in an hccl/nccl job would only fail later,
             # and more obscurely.
             raise DeviceError(f"device {kind!r} requested by {source} is not usable on this node: {why}")
     else:
-        ok, why = npu_available()
+        ok, why = usable("npu")
         if ok:
             kind = "npu"
         else:
             note = f"npu not used ({why}); falling back to cuda/cpu"
-            kind = "cuda" if cuda_available()[0] else "cpu"
+            kind = "cuda" if usable("cuda")[0] else "cpu"
 
-    bk = backend or env.get("TORCHDAG_BACKEND") or NATIVE_BACKEND[kind]
-    bk = bk.strip().lower()
-    if bk not in BACKENDS:
-        raise DeviceError(f"unknown backend {bk!r}; use one of {', '.join(BACKENDS)}")
-    if bk != "gloo" and bk != NATIVE_BACKEND[kind]:
-        raise DeviceError(
-            f"backend {bk!r} cannot run on device {kind!r}: hccl needs npu, nccl needs cuda; "
-            "use backend gloo to mix device kinds"
-        )
+    bk = (backend or env.get("TORCHDAG_BACKEND") or devices[kind]["backend"]).strip().lower()
+    if bk not in backend_names():
+        raise DeviceError(f"unknown backend {bk!r}; use one of {', '.join(backend_names())}")
+    if kind not in backends[bk].get("devices", [kind]):
+        raise DeviceError(f"backend {bk!r} cannot run on device {kind!r}: it needs "
+                          f"{' or '.join(backends[bk]['devices'])}; use backend gloo to mix device kinds")
 
     if kind == "cpu":
-        dev = torch.device("cpu")
-    else:
-        count = device_count(kind)
-        if local_rank >= count:
-            raise DeviceError(
-                f"LOCAL_RANK {local_rank} but only {count} {kind} device(s) visible; "
-                "lower --nproc-per-node or fix the device visibility env"
-            )
-        dev = torch.device(kind, local_rank)
-        if kind == "npu":
-            torch.npu.set_device(dev)  # type: ignore[attr-defined]
-        else:
-            torch.cuda.set_device(dev)
+        return Placement(device=torch.device("cpu"), backend=bk, source=source, note=note)
+    module = getattr(torch, kind)
+    count = int(module.device_count())
+    if local_rank >= count:
+        raise DeviceError(
+            f"LOCAL_RANK {local_rank} but only {count} {kind} device(s) visible; "
+            "lower --nproc-per-node or fix the device visibility env"
+        )
+    dev = torch.device(kind, local_rank)
+    module.set_device(dev)
     return Placement(device=dev, backend=bk, source=source, note=note)

@@ -159,6 +159,10 @@ The catalogue as JSON; read it with `include "torchdag.catalog" . | fromJson`. *
     "script": "/replace-me"
   },
   "container": {
+    "argoArguments": {
+      "rdzv-host": "{{ "{{" }}=inputs.parameters['node-rank'] == '0' ? 'true' : 'false'}}",
+      "restart": "{{ "{{" }}retries}}"
+    },
     "env": [
       {
         "value": [
@@ -313,6 +317,7 @@ The catalogue as JSON; read it with `include "torchdag.catalog" . | fromJson`. *
         ]
       }
     ],
+    "inputParameter": "{{ "{{" }}inputs.parameters.{name}}}",
     "launcherArgs": [
       {
         "unless": [
@@ -470,6 +475,14 @@ The catalogue as JSON; read it with `include "torchdag.catalog" . | fromJson`. *
       },
       "--exec"
     ],
+    "retryWrapper": "{name}-retry",
+    "shapeKey": [
+      "accelerator",
+      "devices",
+      "resources",
+      "nicMode",
+      "hasIfIp"
+    ],
     "shapeName": "{accelerator}-x{devices}",
     "shapeSuffixes": [
       {
@@ -518,6 +531,8 @@ The catalogue as JSON; read it with `include "torchdag.catalog" . | fromJson`. *
       "ifIp": true
     }
   },
+  "gangName": "{{ "{{" }}workflow.name}}",
+  "gangTask": "gang",
   "gangs": {
     "coscheduling": {
       "podAnnotations": {},
@@ -706,7 +721,9 @@ The catalogue as JSON; read it with `include "torchdag.catalog" . | fromJson`. *
     "volume-duplicate-mount": "{shown} is also the mountPath of volumes[{first}]",
     "volume-duplicate-name": "{shown} duplicates volumes[{first}].name",
     "volume-on-driver": "{shown} is where torchdag mounts the Ascend driver ({mount}); set ascend.mountDriver: false to mount the driver yourself",
-    "volume-on-shm": "{shown} is /dev/shm, which torchdag mounts (shmSize); set shmSize: \"\" to mount your own"
+    "volume-on-shm": "{shown} is /dev/shm, which torchdag mounts (shmSize); set shmSize: \"\" to mount your own",
+    "workflow-size-spec": "{count} nodes make a {kind} of {bytes} bytes as the API server stores it (JSON), over the {limit}-byte limit Argo's controller holds a Workflow to (it ends a larger one in Error before its first pod): split the job, or shorten args, env and names",
+    "workflow-size-status": "{count} nodes make a {kind} of {bytes} bytes (JSON), and Argo's status for {attempts} attempt(s) adds about {status} bytes (failurePolicy.maxRestarts {restarts}): over the {limit} bytes Argo keeps in one object, so the Workflow would end in Error mid-run; lower failurePolicy.maxRestarts, split the job, or, if the controller offloads node status to a database, set workflow.nodeStatusOffload"
   },
   "network": {
     "masterAddress": "node-0.{run}.{{ "{{" }}workflow.namespace}}.svc.{clusterDomain}",
@@ -790,6 +807,10 @@ The catalogue as JSON; read it with `include "torchdag.catalog" . | fromJson`. *
     }
   },
   "restartBackoffCapSeconds": 3600,
+  "restartStrategy": {
+    "factor": 2,
+    "retryPolicy": "Always"
+  },
   "runNameMaxLength": 52,
   "setEnvWrapper": "set_env=\"$1\"; shift; if [ ! -r \"$set_env\" ]; then echo \"torchdag: cannot read $set_env (ascend.setEnvScript)\"; exit 127; fi; . \"$set_env\"; exec -- \"$@\"",
   "shmVolume": {
@@ -851,11 +872,40 @@ The catalogue as JSON; read it with `include "torchdag.catalog" . | fromJson`. *
     "queue": {
       "none": "",
       "some": "queue {queue}, "
-    }
+    },
+    "shortRows": 8
   },
   "warnings": {
     "executor-token-secret": "Argo mounts the Secret '{secret}' (the ServiceAccount's token) into every pod, and Kubernetes 1.24 and later no longer create it: create it once, after the ServiceAccount, as type kubernetes.io/service-account-token with the annotation kubernetes.io/service-account.name: {account} (the chart's rbac.create does; docs/values.md shows the manifest), or every pod waits in ContainerCreating",
     "shared-claim": "claim '{claim}' is mounted read-write on all {count} machines: it must be ReadWriteMany, as a ReadWriteOnce claim attaches to one machine and every other pod waits in a Multi-Attach error (a ReadOnlyMany claim needs readOnly: true)"
+  },
+  "watch": {
+    "args": [
+      "--workflow={group}",
+      "--namespace={{ "{{" }}workflow.namespace}}",
+      "--pods={count}",
+      "--timeout={timeout}",
+      {
+        "if": [
+          "podGroup"
+        ],
+        "value": "--podgroup={apiVersion}/{resource}/{group}"
+      },
+      {
+        "unless": [
+          "gang"
+        ],
+        "value": "--what=pods"
+      }
+    ],
+    "requests": {
+      "cpu": "50m",
+      "memory": "64Mi"
+    },
+    "task": {
+      "gang": "gang-watch",
+      "none": "schedule-watch"
+    }
   }
 }
 {{- end -}}

@@ -111,10 +111,11 @@ and last four rows of a large job. Takes (dict "plan" "values" "short" "prefix")
 {{- $_ := merge $facts (dict "gang" (include "torchdag.fill" (dict "text" (ternary $texts.gang.none $texts.gang.some (eq $scheduling.gang "none")) "fields" $gang)) "restarts" (int64 $v.failurePolicy.maxRestarts) "hcclExecTimeout" $hccl "pgTimeout" (int64 $pg) "nodeRecovery" $plan.nodeRecovery "minNodes" $plan.elasticFrom) -}}
 {{- $_ := merge $facts (dict "step" (int64 $plan.catalog.hcclExecTimeout.step) "max" (int64 $plan.catalog.hcclExecTimeout.max)) (include "torchdag.agentsFacts" (dict "plan" $plan "values" $v) | fromJson) -}}
 {{- range $plan.shapes }}{{ if and $pg (index $plan.catalog.devices .device).ascend (ne $hccl (printf "%d" (int64 $pg))) }}{{ $_ := set $facts "hcclRounded" true }}{{ end }}{{ end -}}
-{{- $short := and .short (gt $count 8) -}}
+{{- $half := div (int $texts.shortRows) 2 -}}
+{{- $short := and .short (gt $count (mul 2 $half)) -}}
 {{- $widths := dict "rank" 4 "node" 4 "address" 7 "nic" 3 "accelerator" 11 "devices" 7 "template" 8 -}}
 {{- range $key, $node := $plan.nodes -}}
-{{- if or (not $short) (lt (int $node.rank) 4) (ge (int $node.rank) (sub $count 4)) -}}
+{{- if or (not $short) (lt (int $node.rank) $half) (ge (int $node.rank) (sub $count $half)) -}}
 {{- range $column, $cell := dict "rank" (toString $node.rank) "node" $node.name "address" $node.address "nic" ($node.nic | default "-") "accelerator" $node.accelerator "devices" (toString $node.devices) "template" $node.shape.name -}}
 {{- $_ := set $widths $column (max (index $widths $column) (len $cell)) -}}
 {{- end -}}
@@ -126,10 +127,10 @@ and last four rows of a large job. Takes (dict "plan" "values" "short" "prefix")
 {{- end }}
 {{ $prefix }}{{ regexReplaceAll " +$" (printf $row (int $widths.rank) "rank" (int $widths.node) "node" (int $widths.address) "address" (int $widths.nic) "nic" (int $widths.accelerator) "accelerator" (int $widths.devices) "devices" "template") "" }}
 {{- range $key, $node := $plan.nodes }}
-{{- if and $short (eq (int $node.rank) 4) }}
-{{ $prefix }}... {{ sub $count 8 }} more node(s) ...
+{{- if and $short (eq (int $node.rank) $half) }}
+{{ $prefix }}... {{ sub $count (mul 2 $half) }} more node(s) ...
 {{- end }}
-{{- if or (not $short) (lt (int $node.rank) 4) (ge (int $node.rank) (sub $count 4)) }}
+{{- if or (not $short) (lt (int $node.rank) $half) (ge (int $node.rank) (sub $count $half)) }}
 {{ $prefix }}{{ regexReplaceAll " +$" (printf $row (int $widths.rank) (toString $node.rank) (int $widths.node) $node.name (int $widths.address) $node.address (int $widths.nic) ($node.nic | default "-") (int $widths.accelerator) $node.accelerator (int $widths.devices) (toString $node.devices) $node.shape.name) "" }}
 {{- end }}
 {{- end }}

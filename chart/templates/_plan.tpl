@@ -44,7 +44,7 @@ names. Usage: include "torchdag.plan" (dict "root" $ "plan" $plan)
 {{- include "torchdag.recoveryFacts" (dict "plan" $plan "job" $job "values" $v "catalog" $cat) }}{{ $nodeRecovery := $plan.nodeRecovery }}{{ $elasticFrom := $plan.elasticFrom -}}
 {{- $_ := set $job "whitelistDisable" $v.ascend.whitelistDisable -}}
 {{- $_ := merge $job (dict "podNetwork" $pod "rendezvousWait" (printf "%d" (int64 ($timeouts.rendezvous | default $cat.network.rendezvousDefault)))) -}}
-{{- range list "host" "node-rank" "nic" "if-ip" "restart" "rdzv-host" }}{{ $_ := set $job (printf "input:%s" .) (printf "{{inputs.parameters.%s}}" .) }}{{ end -}}
+{{- range $container.parameters }}{{ $name := . }}{{ if kindIs "map" . }}{{ $name = .value }}{{ end }}{{ $_ := set $job (printf "input:%s" $name) (include "torchdag.fill" (dict "text" $container.inputParameter "fields" (dict "name" $name))) }}{{ end -}}
 
 {{- /* the job-wide parts of every container */ -}}
 {{- $mountsDriver := false -}}
@@ -82,7 +82,8 @@ names. Usage: include "torchdag.plan" (dict "root" $ "plan" $plan)
 {{- $resourcesKey := printf "%s|%d|%s" $kind $devices (ternary (toJson $node.resources) "-" (hasKey $node "resources")) -}}
 {{- if not (hasKey $resourcesByKey $resourcesKey) }}{{ $_ := set $resourcesByKey $resourcesKey (include "torchdag.resources" (dict "node" $node "values" $v "entry" $entry "kind" $kind "devices" $devices) | fromJson) }}{{ end -}}
 {{- $resources := index $resourcesByKey $resourcesKey -}}
-{{- $key := printf "%s|%d|%s|%s|%t" $kind $devices (toJson $resources) $nicMode $hasIfIp -}}
+{{- $shared := dict "accelerator" $kind "devices" $devices "resources" (toJson $resources) "nicMode" $nicMode "hasIfIp" $hasIfIp -}}
+{{- $key := list }}{{ range $container.shapeKey }}{{ $key = append $key (index $shared .) }}{{ end }}{{ $key = toJson $key -}}
 {{- if not (hasKey $shapeByKey $key) -}}
 
 {{- /* plan.shape_facts, then plan._shape: the shape's lists from the catalogue */ -}}
@@ -110,9 +111,9 @@ names. Usage: include "torchdag.plan" (dict "root" $ "plan" $plan)
 {{- end -}}
 {{- $shape := index $shapeByKey $key -}}
 
-{{- $given := dict "host" $node.name "node-rank" (toString $rank) "nic" $nic "if-ip" $address "restart" "{{retries}}" -}}
+{{- $given := dict "host" $node.name "node-rank" (toString $rank) "nic" $nic "if-ip" $address "restart" $container.argoArguments.restart -}}
 {{- $arguments := list -}}
-{{- range $shape.parameters }}{{ if ne . "rdzv-host" }}{{ $arguments = append $arguments (list . (index $given .)) }}{{ end }}{{ end -}}
+{{- range $shape.parameters }}{{ if hasKey $given . }}{{ $arguments = append $arguments (list . (index $given .)) }}{{ end }}{{ end -}}
 {{- $_ := set $planned (printf "%08d" $rank) (dict "task" (printf "node-%d" $rank) "rank" $rank "name" $node.name "address" $address "nic" $nic "accelerator" $kind "devices" $devices "shape" $shape "arguments" $arguments) -}}
 {{- $worldSize = add $worldSize $devices -}}
 {{- $rank = add1 $rank -}}
@@ -126,6 +127,7 @@ names. Usage: include "torchdag.plan" (dict "root" $ "plan" $plan)
 {{- $name := ternary (join "-" (prepend $shape.suffixes $shape.base)) $shape.base (gt (int (get $byBase $shape.base)) 1) -}}
 {{- $_ := set $taken $name (add1 (get $taken $name | default 0)) -}}
 {{- $_ := set $shape "name" (ternary (printf "%s-%d" $name (int (get $taken $name))) $name (gt (int (get $taken $name)) 1)) -}}
+{{- $_ := set $shape "retryWrapper" (include "torchdag.fill" (dict "text" $container.retryWrapper "fields" $shape)) -}}
 {{- end -}}
 
 {{- /* plan.volumes */ -}}
@@ -145,10 +147,10 @@ names. Usage: include "torchdag.plan" (dict "root" $ "plan" $plan)
 
 {{- with $agents }}{{ $volumes = append $volumes .volume }}{{ end -}}
 {{- /* plan.retry_strategy: whole-job restarts */ -}}
-{{- if $restarts }}{{ $_ := set $plan (ternary "nodeRetry" "retry" $nodeRecovery) (dict "limit" (toString $restarts) "retryPolicy" "Always" "backoff" (dict "duration" (printf "%ds" (int64 $v.failurePolicy.backoffSeconds)) "factor" "2")) }}{{ end -}}
+{{- if $restarts }}{{ $_ := set $plan (ternary "nodeRetry" "retry" $nodeRecovery) (dict "limit" (toString $restarts) "retryPolicy" $cat.restartStrategy.retryPolicy "backoff" (dict "duration" (printf "%ds" (int64 $v.failurePolicy.backoffSeconds)) "factor" (printf "%d" (int64 $cat.restartStrategy.factor)))) }}{{ end -}}
 {{- if and $restarts (not $v.timeouts.workflowDeadline) }}{{ $_ := set (ternary $plan.nodeRetry $plan.retry $nodeRecovery).backoff "cap" (printf "%ds" (max (int64 $cat.restartBackoffCapSeconds) (int64 $v.failurePolicy.backoffSeconds))) }}{{ end -}}
 {{- include "torchdag.gang" (dict "plan" $plan "values" $v "catalog" $cat "nodes" $planned) -}}
-{{- include "torchdag.watch" (dict "plan" $plan "values" $v "nodes" $planned) -}}
+{{- include "torchdag.watch" (dict "plan" $plan "values" $v "nodes" $planned "catalog" $cat) -}}
 {{- /* Plan.scheduler_name: scheduling.schedulerName with or without a gang (a gang's default otherwise) */ -}}
 {{- $_ := set $plan "schedulerName" (ternary ($plan.gang | default dict).schedulerName $v.scheduling.schedulerName (not (empty $plan.gang))) -}}
 
@@ -156,7 +158,7 @@ names. Usage: include "torchdag.plan" (dict "root" $ "plan" $plan)
 {{- $net := $cat.network -}}
 {{- $facts := dict "run" $net.run "runLabel" $net.runLabel "port" (printf "%d" (int64 $v.port)) "job" (toJson $v.name) -}}
 {{- if $pod }}{{ $_ := set $plan "network" (dict "run" $net.run "label" (list $net.runLabel $net.run) "patch" (include "torchdag.items" (dict "items" $net.podSpecPatch "facts" $facts) | fromJsonArray) "manifest" (include "torchdag.items" (dict "items" $net.service "facts" $facts) | fromJsonArray)) }}{{ end -}}
-{{- $_ := set $plan "depends" (join " && " (compact (list (ternary "gang" "" (and $plan.gang $plan.gang.manifest | not | not)) (ternary $net.task "" $pod) (ternary $cat.agents.task "" (not (empty $agents)))))) -}}
+{{- $_ := set $plan "depends" (join " && " (compact (list (ternary $cat.gangTask "" (and $plan.gang $plan.gang.manifest | not | not)) (ternary $net.task "" $pod) (ternary $cat.agents.task "" (not (empty $agents)))))) -}}
 
 {{- /* plan.node_loops: past argoFullCrdMaxItems DAG tasks, each shape's machines in withItems tasks of at most maxItems */ -}}
 {{- $gangTasks := 1 }}{{ with $plan.gang }}{{ $gangTasks = ternary 2 1 (not (empty .manifest)) }}{{ end -}}
@@ -208,18 +210,16 @@ names. Usage: include "torchdag.plan" (dict "root" $ "plan" $plan)
 {{- $scheduling := $v.scheduling -}}
 {{- if ne $scheduling.gang "none" -}}
 {{- $entry := index .catalog.gangs $scheduling.gang -}}
-{{- $group := "{{workflow.name}}" -}}
+{{- $group := .catalog.gangName -}}
 {{- $count := len .nodes -}}
 {{- $fill := dict "group" $group "count" (toString $count) "queue" ($scheduling.queue | default "") -}}
-{{- $watch := concat $scheduling.watchCommand (list (printf "--workflow=%s" $group) "--namespace={{workflow.namespace}}" (printf "--pods=%d" $count) (printf "--timeout=%d" (int64 $scheduling.timeout))) -}}
-{{- $gang := dict "kind" $scheduling.gang "schedulerName" ($scheduling.schedulerName | default $entry.schedulerName) "watch" (replace "$" "$$" (toJson $watch) | fromJsonArray) "roleAnnotation" $entry.roleAnnotation -}}
+{{- $gang := dict "kind" $scheduling.gang "task" .catalog.gangTask "schedulerName" ($scheduling.schedulerName | default $entry.schedulerName) "roleAnnotation" $entry.roleAnnotation -}}
 {{- range $field, $source := dict "labels" $entry.podLabels "annotations" $entry.podAnnotations -}}
 {{- $pairs := list -}}
 {{- range $key, $value := $source }}{{ $pairs = append $pairs (list $key (include "torchdag.fill" (dict "text" $value "fields" $fill))) }}{{ end -}}
 {{- $_ := set $gang $field $pairs -}}
 {{- end -}}
 {{- with $entry.podGroup -}}
-{{- $_ := set $gang "watch" (append $gang.watch (printf "--podgroup=%s/%s/%s" .apiVersion .resource $group)) -}}
 {{- $facts := dict "count" (toString $count) "timeout" (printf "%d" (int64 $scheduling.timeout)) "queue" (ternary (toJson $scheduling.queue) "" (not (empty $scheduling.queue))) -}}
 {{- $_ := set $facts "priorityClassName" (ternary (toJson $v.workflow.priorityClassName) "" (not (empty $v.workflow.priorityClassName))) -}}
 {{- $manifest := list (printf "apiVersion: %s" (toJson .apiVersion)) "kind: \"PodGroup\"" "metadata:" (printf "  name: %s" (toJson $group)) "spec:" -}}

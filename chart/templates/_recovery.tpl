@@ -11,7 +11,7 @@ sets .plan.nodeRecovery and .plan.elasticFrom. Takes (dict "plan" "job" "values"
 {{/* templates/_node_task.j2: one node task's body after its name (the template it calls, what
 it waits for, whether the DAG goes on without it, its arguments). Takes (dict "plan" "shape" "arguments" "elastic"). */}}
 {{- define "torchdag.nodeTask" }}
-        template: {{ toJson (ternary (printf "%s-retry" .shape.name) .shape.name (not (empty .plan.nodeRetry))) }}
+        template: {{ toJson (ternary .shape.retryWrapper .shape.name (not (empty .plan.nodeRetry))) }}
         {{- if lt (int .plan.elasticFrom) (len .plan.nodes) }}
         {{- with .plan.depends }}
         dependencies:
@@ -31,7 +31,7 @@ it waits for, whether the DAG goes on without it, its arguments). Takes (dict "p
         arguments:
           parameters:
           {{- range .arguments }}
-          {{- if not (and $.plan.nodeRetry (eq (index . 0) "restart")) }}
+          {{- if not (and $.plan.nodeRetry (hasKey $.plan.catalog.container.argoArguments (index . 0))) }}
           - name: {{ index . 0 | toJson }}
             value: {{ index . 1 | toJson }}
           {{- end }}
@@ -46,7 +46,7 @@ it waits for, whether the DAG goes on without it, its arguments). Takes (dict "p
   {{- $retry := . }}
   {{- range $shape := $plan.shapes }}
   # Retries this node alone; the other nodes keep their pods (failurePolicy.recovery node).
-  - name: {{ toJson (printf "%s-retry" $shape.name) }}
+  - name: {{ toJson $shape.retryWrapper }}
     retryStrategy:
       limit: {{ toJson $retry.limit }}
       retryPolicy: {{ toJson $retry.retryPolicy }}
@@ -59,7 +59,7 @@ it waits for, whether the DAG goes on without it, its arguments). Takes (dict "p
     inputs:
       parameters:
       {{- range $shape.parameters }}
-      {{- if not (has . (list "restart" "rdzv-host")) }}
+      {{- if not (hasKey $plan.catalog.container.argoArguments .) }}
       - name: {{ toJson . }}
       {{- end }}
       {{- end }}
@@ -79,7 +79,7 @@ it waits for, whether the DAG goes on without it, its arguments). Takes (dict "p
           parameters:
           {{- range $shape.parameters }}
           - name: {{ toJson . }}
-            value: {{ toJson (get (dict "restart" "{{retries}}" "rdzv-host" "{{=inputs.parameters['node-rank'] == '0' ? 'true' : 'false'}}") . | default (printf "{{inputs.parameters.%s}}" .)) }}
+            value: {{ toJson (get $plan.catalog.container.argoArguments . | default (include "torchdag.fill" (dict "text" $plan.catalog.container.inputParameter "fields" (dict "name" .)))) }}
           {{- end }}
   {{- end }}
   {{- if lt (int $plan.elasticFrom) (len $plan.nodes) }}

@@ -63,7 +63,7 @@ worded by the catalogue's `messages`; one line per problem, all at once. (dict "
 {{- /* rule restarts-past-deadline: the backoff before every restart (doubled each time) fits in the Workflow's deadline */ -}}
 {{- $deadline := int64 ($v.timeouts.workflowDeadline | default 0) }}{{ $waited := int64 0 }}{{ $step := int64 $v.failurePolicy.backoffSeconds }}{{ $fit := 0 -}}
 {{- range until (int $v.failurePolicy.maxRestarts) }}{{ if and $deadline (lt $waited $deadline) -}}
-{{- $waited = add $waited $step }}{{ $step = mul $step 2 }}{{ if lt $waited $deadline }}{{ $fit = add1 $fit }}{{ end -}}
+{{- $waited = add $waited $step }}{{ $step = mul $step (int64 $cat.restartStrategy.factor) }}{{ if lt $waited $deadline }}{{ $fit = add1 $fit }}{{ end -}}
 {{- end }}{{ end -}}
 {{- if and $deadline (lt (int $fit) (int $v.failurePolicy.maxRestarts)) }}{{ $problems = append $problems (include "torchdag.problem" (list $cat "restarts-past-deadline" "failurePolicy.maxRestarts" (dict "restarts" (int $v.failurePolicy.maxRestarts) "fit" $fit "next" (add1 $fit) "waited" $waited "deadline" $deadline "backoff" (int64 $v.failurePolicy.backoffSeconds)))) }}{{ end -}}
 

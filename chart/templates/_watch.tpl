@@ -1,13 +1,11 @@
-{{/* jobparts.scheduling_watch: the task that bounds scheduling (scheduling.timeout) in every job: the gang
-watch under a gang; without one the same agent (--what=pods) names the host a pod was not scheduled on. */}}
+{{/* plan.scheduling_watch: the task that bounds scheduling (scheduling.timeout) in every job (catalogue `watch`). */}}
 {{- define "torchdag.watch" -}}
-{{- $scheduling := .values.scheduling -}}
-{{- if .plan.gang -}}
-{{- $_ := set .plan "watch" (dict "task" "gang-watch" "command" .plan.gang.watch) -}}
-{{- else -}}
-{{- $command := concat $scheduling.watchCommand (list "--workflow={{workflow.name}}" "--namespace={{workflow.namespace}}" (printf "--pods=%d" (len .nodes)) (printf "--timeout=%d" (int64 $scheduling.timeout)) "--what=pods") -}}
-{{- $_ := set .plan "watch" (dict "task" "schedule-watch" "command" (replace "$" "$$" (toJson $command) | fromJsonArray)) -}}
-{{- end -}}
+{{- $cat := .catalog -}}
+{{- $group := dict -}}
+{{- with .plan.gang }}{{ $group = (index $cat.gangs .kind).podGroup | default dict }}{{ end -}}
+{{- $facts := merge (dict "group" $cat.gangName "count" (toString (len .nodes)) "gang" (not (empty .plan.gang)) "timeout" (printf "%d" (int64 .values.scheduling.timeout)) "podGroup" (not (empty $group))) $group -}}
+{{- $command := concat .values.scheduling.watchCommand (include "torchdag.items" (dict "items" $cat.watch.args "facts" $facts) | fromJsonArray) -}}
+{{- $_ := set .plan "watch" (dict "task" (index $cat.watch.task (ternary "gang" "none" (not (empty .plan.gang)))) "command" (replace "$" "$$" (toJson $command) | fromJsonArray) "requests" $cat.watch.requests) -}}
 {{- end -}}
 
 {{/* templates/watch.yaml.j2: the watch's template, after the gang's (with a gang) or after the node templates. */}}
@@ -36,7 +34,8 @@ watch under a gang; without one the same agent (--what=pods) names the host a po
       {{- include "torchdag.agentsMount" $plan }}
       resources:
         requests:
-          "cpu": "50m"
-          "memory": "64Mi"
+          {{- range $key, $value := $plan.watch.requests }}
+          {{ toJson $key }}: {{ toJson $value }}
+          {{- end }}
       {{- include "torchdag.containerSecurity" $plan.security }}
 {{- end -}}

@@ -180,11 +180,11 @@ spec:
       {{- $podGroup := and $plan.gang $plan.gang.manifest }}
       {{- if $plan.gang }}
       {{- if $podGroup }}
-      - name: "gang"
-        template: "gang"
+      - name: {{ toJson $plan.gang.task }}
+        template: {{ toJson $plan.gang.task }}
       {{- end }}
-      - name: "gang-watch"
-        template: "gang-watch"
+      - name: {{ toJson $plan.watch.task }}
+        template: {{ toJson $plan.watch.task }}
         {{- include "torchdag.agentsDepends" $plan }}
       {{- end }}
       {{- if $plan.network }}
@@ -216,7 +216,7 @@ spec:
       {{- include "torchdag.agentsTask" $plan }}
   {{- if and $plan.gang $plan.gang.manifest }}
   # The job's one gang: created before any training pod, deleted with the Workflow.
-  - name: "gang"
+  - name: {{ toJson $plan.gang.task }}
     resource:
       action: "apply"
       setOwnerReference: true

@@ -14,9 +14,9 @@ import yaml
 from test_kubelet_pods import FakeApi, mounts_allowed, run  # noqa: F401 (a fixture); the stand-ins
 
 from helpers import write
+from sync_chart import agent_files
 from testbed.kubelet.kubelet import Kubelet
 from testbed.localrun.prepare import Options
-from torchdag.agents import agent_files
 from torchdag.pipeline import build
 
 AGENTS = "/opt/torchdag/trainer/agents"

@@ -12,13 +12,11 @@ import kubernetes_validate
 import pytest
 import yaml
 
+import sync_chart
 from argo_helpers import KUBERNETES_VERSION, task_pods, validate_argo
 from chart_helpers import CHART, REPO, VALUES_FILES, argo_document, chart_workflow, documents, helm_template
-from torchdag.values import schema_defaults
-
-sys.path.insert(0, str(REPO / "tools"))
-import sync_chart
 from helpers import CLUSTER_SUMMARY, EXAMPLE
+from torchdag.values import schema_defaults
 
 
 def values_file(tmp_path, extra: str, base=EXAMPLE):

@@ -17,7 +17,8 @@ from plain_yaml import MixedDumper
 
 from bad_cases import BAD_CASES, fit_values
 from chart_helpers import REPO, VALUES_FILES, assert_same_workflow, helm_spellings, helm_template
-from torchdag.catalog import accelerator, accelerator_kinds, builtin_volumes, catalog, hccl_limit, reserved_env
+from sync_chart import builtin_volumes, reserved_env
+from torchdag.catalog import accelerator, accelerator_kinds, catalog, hccl_limit
 from torchdag.validate import quantity_value
 from torchdag.values import load_schema
 

@@ -11,11 +11,11 @@ import os
 import re
 import subprocess
 import sys
+import tomllib
 import zipfile
 from pathlib import Path
 
 import pytest
-import tomllib
 
 import torchdag
 from helpers import REPO

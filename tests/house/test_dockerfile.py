@@ -62,6 +62,8 @@ def test_base_is_a_build_arg_with_the_ascend_default():
 def test_trainer_copied_to_opt_torchdag_and_runs_non_root():
     ins = instructions()
     assert ("COPY", "trainer/ /opt/torchdag/trainer/") in ins
+    # trainer/device.py's catalogue, at the path it has in a checkout (beside trainer/)
+    assert ("COPY", "torchdag/catalog.yaml /opt/torchdag/torchdag/catalog.yaml") in ins
     users = [rest for word, rest in ins if word == "USER"]
     assert users[-1] not in ("root", "0", "0:0")
     env = " ".join(rest for word, rest in ins if word == "ENV")

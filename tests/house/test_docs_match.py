@@ -72,10 +72,10 @@ def test_the_docs_agree_on_how_long_the_fast_tier_takes():
 
 
 def test_the_reserved_env_names_docs_values_lists_are_the_schemas():
-    from torchdag import catalog
+    from sync_chart import reserved_env
 
     row = next(line for line in (REPO / "docs" / "values.md").read_text(encoding="utf-8").splitlines()
                if line.startswith("| `env` |"))
     listed = row[row.index("`PYTHONUNBUFFERED`"):row.index("; so are")]
-    assert re.findall(r"`([A-Z_]+)`", listed) == catalog.reserved_env()
+    assert re.findall(r"`([A-Z_]+)`", listed) == reserved_env()
     assert "`env-reserved`" in row and "`env-launcher-default`" in row

@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from argo_helpers import container_process, task_pods, validate_argo
-from torchdag.catalog import reserved_env
+from sync_chart import reserved_env
 from torchdag.pipeline import build
 
 NASTY = ["'", '"', ": ", " #", "#", "\n", "\r\n", "\t", "$(HOME)", "$$(HOME)", "$HOME", "$", "$(", ";", "`id`", "\\",
