@@ -72,7 +72,7 @@ print(f"rank {rank} restart {restart}", flush=True)
 if restart < FAIL_UNTIL:
     if rank == "1":
         sys.exit(3)
-    time.sleep(60)  # the gang stop ends it
+    time.sleep(600)  # the gang stop ends it
 print(f"loss 0.{restart}5", flush=True)
 """
 
@@ -88,10 +88,11 @@ def flaky_job(tmp_path: Path, fail_until: int, limit: int) -> Path:
     return with_restarts(values, limit=limit, seconds=1)
 
 
+@pytest.mark.torch  # torchrun runs the stand-in script
 def test_a_failed_node_restarts_every_node_with_backoff_until_an_attempt_succeeds(tmp_path):
     run = Run(str(flaky_job(tmp_path, fail_until=2, limit=2)), "--map", f"/code={tmp_path / 'code'}",
-              "--backoff-scale", "0.1", "--grace", "2", "--timeout", "90")
-    assert run.finish(120) == 0, run.text[-3000:]
+              "--backoff-scale", "0.1", "--grace", "2", "--timeout", "150")
+    assert run.finish(180) == 0, run.text[-3000:]
     lines = run.lines
     assert "[localrun] restart 1/2 in 0.1 s: node-1 failed (exit 1)" in lines  # torchrun's status for a failed worker
     assert "[localrun] restart 1/2: starting 2 task(s) again (TORCHDAG_RESTART=1)" in lines
@@ -111,6 +112,7 @@ def test_a_failed_node_restarts_every_node_with_backoff_until_an_attempt_succeed
     assert summary[-1] == "[localrun] result: every task exited 0 on attempt 3 (after 2 restarts)"
 
 
+@pytest.mark.torch  # torchrun runs the stand-in script
 def test_when_restarts_run_out_the_run_fails_naming_the_node(tmp_path):
     run = Run(str(flaky_job(tmp_path, fail_until=9, limit=1)), "--map", f"/code={tmp_path / 'code'}",
               "--backoff-scale", "0", "--grace", "2", "--timeout", "90")
@@ -165,6 +167,7 @@ def test_a_killed_worker_restarts_every_node_which_resume_from_the_checkpoint(tm
     assert processes_with(str(rendered)) == [] and processes_with(str(checkpoints)) == []
 
 
+@pytest.mark.torch  # torchrun runs the stand-in script
 @pytest.mark.parametrize("ending", ["interrupt", "timeout"])
 def test_a_stop_during_the_backoff_starts_no_restart(tmp_path, ending):
     # 20 s: torchrun fails node-1 before, and the timeout comes during the 100 s wait
