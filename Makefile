@@ -261,7 +261,7 @@ test: lint $(VENV_STAMP) $(HELM) $(ASCEND_STAMP) $(ARGOLINT) $(ARGOLINT_V3) $(KU
 golden: $(VENV_STAMP) ## regenerate tests/golden/ from examples/ and tests/cases/ (review the diff!)
 	$(PY) tests/golden.py --write
 
-smoke: $(VENV_STAMP) ## run VALUES' rendered DAG as local processes (default examples/local.yaml; SMOKE_ARGS=...)
+smoke: $(VENV_STAMP) ## run the nodes of VALUES' plan as local processes (default examples/local.yaml; SMOKE_ARGS=...)
 	$(PY) -m testbed.localrun $(SMOKE_VALUES) $(SMOKE_ARGS)
 
 chart-sync: $(VENV_STAMP) ## regenerate chart/values.yaml, chart/values.schema.json, chart/README.md from schema/

@@ -16,7 +16,7 @@ from typing import Any
 import kubernetes_validate
 import yaml
 
-from testbed.localrun.expand import kube_command, kube_container_env
+from testbed.runtime import kube_command, kube_container_env
 
 KUBERNETES_VERSION = "1.35.0"
 
@@ -117,8 +117,8 @@ def validate_kubernetes(pod: dict) -> None:
 
 
 def container_process(container: dict) -> tuple[list[str], dict[str, str]]:
-    """argv and environment of a container after Kubernetes' expansion (the local runner's
-    port of kubelet's expand.go, unit-tested against it in tests/testbed/test_localrun.py)."""
+    """argv and environment of a container after Kubernetes' expansion (the test bed's port of
+    kubelet's expand.go, testbed.runtime, held against the Go code in tests/validators/test_expand_oracle.py)."""
     # Env from the downward API reads as "<fieldRef:PATH>": what the kubelet fills in is not known here.
     env = dict(kube_container_env((item["name"], item["value"] if "value" in item else
                                    f"<fieldRef:{item['valueFrom']['fieldRef']['fieldPath']}>")

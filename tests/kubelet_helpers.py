@@ -1,13 +1,14 @@
-"""Pods as Argo v4.0.5's controller writes them (workflow/controller/workflowpod.go), from a
-rendered Workflow's DAG task, for the process kubelet's tests without a cluster."""
+"""Pods as Argo v4.0.5's controller writes them (workflow/controller/workflowpod.go) for a
+node of a torchdag Plan, for the process kubelet's tests without a cluster: the node's
+container with its parameters filled (torchdag.plan.node_container), Argo's init and wait
+containers and its emissary wrapper around the main one. tests/e2e/test_kubelet_differential.py
+holds the kubelet against the pods of Argo's real controller."""
 
 from __future__ import annotations
 
-import copy
 import json
 
-from testbed.localrun.expand import argo_substitute
-from testbed.localrun.prepare import Options, workflow_scope
+from torchdag.plan import Plan, node_container
 
 EMISSARY = ["/var/run/argo/argoexec", "emissary", "--loglevel", "info", "--log-format", "text", "--"]
 SA_VOLUME = {"name": "kube-api-access-x1", "projected": {"sources": [
@@ -18,31 +19,18 @@ SA_MOUNT = {"name": "kube-api-access-x1", "mountPath": "/var/run/secrets/kuberne
             "readOnly": True}
 
 
-def _substitute(value, scope):
-    if isinstance(value, str):
-        return argo_substitute(value, scope)
-    if isinstance(value, list):
-        return [_substitute(v, scope) for v in value]
-    if isinstance(value, dict):
-        return {k: _substitute(v, scope) for k, v in value.items()}
-    return value
-
-
-def argo_pod(doc: dict, task_name: str, workflow: str = "local-smoke-abcde", node: str = "node-a") -> dict:
-    """The pod Argo creates for one DAG task: init (argoexec init), wait, main (emissary)."""
-    spec = doc["spec"]
-    templates = {t["name"]: t for t in spec["templates"]}
-    entry = templates[spec["entrypoint"]]
-    task = next(t for t in entry["dag"]["tasks"] if t["name"] == task_name)
-    template = templates[task["template"]]
-    scope = workflow_scope(doc, Options(), workflow)
-    params = {p["name"]: str(p["value"]) for p in (template.get("inputs") or {}).get("parameters") or []
-              if "value" in p}
-    for p in (task.get("arguments") or {}).get("parameters") or []:
-        params[p["name"]] = argo_substitute(str(p["value"]), scope)
-    scope.update({f"inputs.parameters.{k}": v for k, v in params.items()})
-    tmpl = _substitute(copy.deepcopy(template), scope)
-    container = tmpl["container"]
+def argo_pod(plan: Plan, task_name: str, workflow: str = "local-smoke-abcde", node: str = "node-a") -> dict:
+    """The pod Argo creates for one node's task (node-<rank>): init (argoexec init), wait, main (emissary)."""
+    planned = next(n for n in plan.nodes if n.task == task_name)
+    command, args, env = node_container(plan, planned)
+    shape = planned.shape
+    field_env = [{"name": name, "valueFrom": {"fieldRef": {"fieldPath": path}}} for name, path in shape.field_env]
+    container = {"image": plan.values["image"], "command": command, "args": args,
+                 "env": field_env + [{"name": name, "value": value} for name, value in env],
+                 "resources": shape.resources, "volumeMounts": [dict(mount) for mount in shape.mounts]}
+    if plan.values["workingDir"]:
+        container["workingDir"] = plan.values["workingDir"]
+    tmpl = {"name": shape.name, "container": container}
     argo_env = [{"name": "ARGO_POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
                 {"name": "ARGO_POD_UID", "valueFrom": {"fieldRef": {"fieldPath": "metadata.uid"}}},
                 {"name": "ARGO_WORKFLOW_NAME", "value": workflow},
@@ -60,14 +48,13 @@ def argo_pod(doc: dict, task_name: str, workflow: str = "local-smoke-abcde", nod
                 "volumeMounts": [argo_mount, SA_MOUNT]}
     init = dict(executor, name="init", command=["argoexec", "init", "--loglevel", "info", "--log-format", "text"])
     wait = dict(executor, name="wait", command=["argoexec", "wait", "--loglevel", "info", "--log-format", "text"])
-    name = f"{workflow}-{template['name']}-1234"
+    name = f"{workflow}-{shape.name}-1234"
     return {
         "metadata": {"name": name, "namespace": "default", "uid": "0123456789abcdef-pod",
-                     "labels": {"workflows.argoproj.io/workflow": workflow,
-                                **((tmpl.get("metadata") or {}).get("labels") or {})},
+                     "labels": {"workflows.argoproj.io/workflow": workflow, "torchdag.io/node-rank": str(planned.rank)},
                      "annotations": {"workflows.argoproj.io/node-name": f"{workflow}.{task_name}"}},
-        "spec": {"nodeName": node, "hostNetwork": bool(spec.get("hostNetwork")), "restartPolicy": "Never",
+        "spec": {"nodeName": node, "hostNetwork": plan.network is None, "restartPolicy": "Never",
                  "serviceAccountName": "default", "initContainers": [init], "containers": [wait, main],
-                 "volumes": list(spec.get("volumes") or []) + [{"name": "var-run-argo", "emptyDir": {}}, SA_VOLUME]},
+                 "volumes": list(plan.volumes) + [{"name": "var-run-argo", "emptyDir": {}}, SA_VOLUME]},
         "status": {"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "True"}]},
     }

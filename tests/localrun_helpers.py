@@ -1,5 +1,5 @@
-"""Shared by the local runner's tests: rendering a job, running the runner as a process
-and reading its stream, finding leftover processes."""
+"""Shared by the local runner's tests: a job's Plan, running the runner as a process and
+reading its stream, finding leftover processes."""
 
 from __future__ import annotations
 
@@ -16,21 +16,21 @@ import pytest
 import yaml
 
 from helpers import REPO, free_port  # noqa: F401 - shared with the modules that import this one
+from torchdag.pipeline import valid_values
+from torchdag.plan import Plan, make_plan
 
 LOCAL = REPO / "examples" / "local.yaml"
 ENV = dict(os.environ, OMP_NUM_THREADS="1")
 
 
+def plan_of(values_path) -> Plan:
+    """The Plan of a values file, as render.py and the local runner compute it."""
+    return make_plan(valid_values(values_path))
 
 
-def rendered_workflow(text: str) -> dict:
-    """The Workflow among the documents render.py wrote (it may write others beside it)."""
-    return next(d for d in yaml.safe_load_all(text) if d and d.get("kind") in ("Workflow", "WorkflowTemplate"))
-
-
-def values_with(tmp_path: Path, name: str = "values.yaml", **changes) -> Path:
-    """examples/local.yaml with top-level keys replaced."""
-    values = yaml.safe_load(LOCAL.read_text())
+def values_with(tmp_path: Path, name: str = "values.yaml", base: Path = LOCAL, **changes) -> Path:
+    """A values file (examples/local.yaml unless base) with top-level keys replaced."""
+    values = yaml.safe_load(base.read_text())
     values.update(changes)
     path = tmp_path / name
     path.write_text(yaml.safe_dump(values))

@@ -420,6 +420,23 @@ def make_plan(values: dict) -> Plan:
     )
 
 
+def node_container(plan: Plan, node: NodePlan, restart: int = 0, run: str | None = None) -> tuple[list, list, list]:
+    """One node's (command, args, env) as its pod runs them: the lists of its shape with the
+    node's own facts where the template has its input parameters (on a cluster Argo fills
+    those from the node's task arguments), `restart` for the restart count Argo passes and,
+    when given, `run` for the run's name (node recovery's rendezvous id). Kubernetes' `$`
+    escaping is kept (Kubernetes undoes it). The test bed's local runner (`make smoke`)
+    starts these."""
+    values = plan.values
+    facts = shape_facts(job_facts(values, plan.backend, plan.master_address), node.accelerator, node.devices,
+                        node.nic, node.address, "resources" in values["nodes"][node.index])
+    given = {**dict(node.arguments), "restart": str(restart), "rdzv-host": str(node.rank == 0).lower()}
+    facts.update({f"input:{name}": value for name, value in given.items()})
+    if run is not None:
+        facts["run"] = run
+    return _command(values, facts), _args(values, facts), _env(values, facts)
+
+
 # --- job-wide parts ---------------------------------------------------------------------------
 
 def volumes(values: dict, mounts_driver: bool) -> list[dict]:

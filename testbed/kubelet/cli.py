@@ -10,8 +10,7 @@ import time
 from pathlib import Path
 
 from ..kube import Kube
-from ..localrun.mapping import CHECKOUT, parse_map
-from ..localrun.prepare import Options
+from ..runtime import CHECKOUT, Options, parse_map
 from .kubelet import Kubelet, Recorder
 from .logs import LogServer
 from .sandbox import can_mount

@@ -14,7 +14,7 @@ from pathlib import Path
 from kubernetes.client.exceptions import ApiException
 
 from ..kube import Kube
-from ..localrun.prepare import Options
+from ..runtime import Options
 from .nodes import NodeKeeper
 from .pods import PodWorker
 from .sandbox import remove_made_folders

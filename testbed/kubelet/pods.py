@@ -1,7 +1,7 @@
 """One pod on one of our Nodes: its containers as local processes, its status reported.
 
 Init containers run one at a time, in order; then every container at once. A container
-is its process and everything that process starts (testbed.localrun.procs.ProcessTree):
+is its process and everything that process starts (testbed.runtime.ProcessTree):
 when the first ends the others are killed, as a container's processes die with it. The
 status goes to pods/status after every change. Stopping (pod deletion, Argo's Terminate)
 sends SIGTERM to every running container, SIGKILL after the grace period.
@@ -19,8 +19,7 @@ from pathlib import Path
 from typing import Protocol
 
 from ..kube import Kube, api_message
-from ..localrun.prepare import process_env
-from ..localrun.procs import MARKER_ENV, ProcessTree, process_table
+from ..runtime import MARKER_ENV, ProcessTree, process_env, process_table
 from .logs import LogPump
 from .sandbox import SA_PATH, Sandbox, wrap
 from .security import process_prefix

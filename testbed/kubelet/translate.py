@@ -6,7 +6,7 @@ defined before it and then the service variables, `valueFrom` taken as is (downw
 resource fields, ConfigMap and Secret keys); the service variables of the `kubernetes`
 Service last. command and args expand against that whole environment. Then Argo's
 emissary wrapper is unwrapped and the container goes through the same local mappings as
-`make smoke` (testbed.localrun.mapping.localize), so both start the same processes.
+`make smoke` (testbed.runtime.localize), so both start the same processes.
 """
 
 from __future__ import annotations
@@ -18,9 +18,7 @@ from typing import Callable
 
 from kubernetes.utils import parse_quantity
 
-from ..localrun.expand import kube_expand
-from ..localrun.mapping import localize
-from ..localrun.prepare import Options
+from ..runtime import Options, device_of, kube_expand, localize
 
 ARGOEXEC_PATHS = ("argoexec", "/var/run/argo/argoexec", "/usr/local/bin/argoexec", "/bin/argoexec")
 DEFAULT_TERMINATION_PATH = "/dev/termination-log"
@@ -211,8 +209,8 @@ def plan_container(pod: dict, container: dict, ctx: PodContext, *, init: bool = 
                             os.getcwd(), "cpu", notes, termination, policy, mounts, emissary=inner is not None)
     if not command:
         raise PodError(f"container {container['name']}: no command: the image's entrypoint is not known here")
-    argv, env_out, cwd, device = localize(command, args, env, container.get("workingDir"), container,
-                                          ctx.options, notes)
+    argv, env_out, cwd, device = localize(command, args, env, container.get("workingDir"),
+                                          device_of(env_map, container), ctx.options, notes)
     return ContainerRun(container["name"], init, "process", argv, env_out, cwd, device, notes,
                         termination, policy, mounts, emissary=inner is not None)
 

@@ -1,4 +1,5 @@
-"""`python -m testbed.localrun` (make smoke): load -> prepare -> supervise -> report."""
+"""`python -m testbed.localrun` (make smoke): torchdag's pipeline (load -> validate -> plan,
+as render.py runs it) -> prepare -> supervise -> report."""
 
 from __future__ import annotations
 
@@ -7,12 +8,13 @@ import shlex
 import signal
 import sys
 
+from testbed.runtime import Options, parse_map
+from torchdag import pipeline
+from torchdag.cli import FILES_HELP
 from torchdag.errors import TorchdagError, report
 
 from .errors import EXIT_INVALID, EXIT_OK, LocalRunError
-from .load import load
-from .mapping import parse_map
-from .prepare import Job, Options, prepare_job
+from .prepare import Job, prepare_job
 from .report import outcome_lines
 from .restart import JobRunner
 
@@ -30,9 +32,11 @@ def _non_negative(text: str) -> float:
 def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=prog or "python -m testbed.localrun",
-        description="Run a torchdag values file's rendered Workflow DAG as local processes (see docs/smoke.md).",
+        description="Run the nodes of a torchdag values file's plan as local processes (see docs/smoke.md).",
     )
-    parser.add_argument("values", help="values file (rendered here) or a file render.py wrote (its Workflow is run)")
+    parser.add_argument("values", nargs="*", metavar="FILE", help=FILES_HELP)
+    parser.add_argument("-f", "--values", dest="more", action="append", default=[], metavar="FILE",
+                        help="one more values file, merged over those before it (Helm's -f); repeat it for several")
     parser.add_argument("--map", dest="maps", action="append", default=[], type=parse_map, metavar="SRC=DST",
                         help="map an image path prefix that does not exist here to DST (repeatable; "
                              "/opt/torchdag=<this checkout> is always last)")
@@ -40,16 +44,16 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
                         help="run GPU/NPU nodes on CPU (TORCHDAG_DEVICE=cpu, gloo) instead of refusing them")
     parser.add_argument("--timeout", type=float, default=None, metavar="S",
                         help="stop everything after S seconds, restarts included (exit 124); "
-                             "the Workflow's activeDeadlineSeconds also applies")
+                             "timeouts.workflowDeadline also applies")
     parser.add_argument("--no-gang-stop", dest="gang_stop", action="store_false",
                         help="when a task fails, leave the others running (as Argo does) until they end on their own")
     parser.add_argument("--grace", type=float, default=5.0, metavar="S",
                         help="seconds between SIGTERM and SIGKILL when stopping a task (default 5)")
     parser.add_argument("--backoff-scale", type=_non_negative, default=1.0, metavar="F",
-                        help="multiply the retryStrategy's backoff waits by F (default 1; 0: restart at once)")
+                        help="multiply the restarts' backoff waits by F (default 1; 0: restart at once)")
     parser.add_argument("--port", type=int, default=None, help="use this rendezvous port instead of the rendered one")
     parser.add_argument("--only", action="append", default=[], metavar="TASK",
-                        help="run only this DAG task (repeatable)")
+                        help="run only this node's task, e.g. node-1 (repeatable)")
     parser.add_argument("--dry-run", action="store_true", help="print what would run, with every mapping, and exit")
     return parser
 
@@ -60,8 +64,8 @@ def _dry_run(job: Job, out) -> None:
         for key, value in task.env:
             out.write(f"[localrun] {task.name}: env {key}={shlex.quote(value)}\n")
         out.write(f"[localrun] {task.name}: exec {shlex.join(task.prefix + task.argv)}\n")
-    if job.retry is not None and job.retry.limit != 0:
-        # What {{retries}} changes on a restart, so its path into the pods can be checked.
+    if job.retry is not None:
+        # What a restart changes, so its path into the processes can be checked.
         for first, again in zip(job.tasks, job.tasks_for(1)):
             env = dict(first.env)
             changed = [f"env {k}={shlex.quote(v)}" for k, v in again.env if env.get(k) != v]
@@ -71,15 +75,23 @@ def _dry_run(job: Job, out) -> None:
 
 
 def main(argv: list[str] | None = None, prog: str | None = None) -> int:
-    args = build_parser(prog).parse_args(argv)
-    options = Options(maps=args.maps, cpu=args.cpu, port=args.port, only=args.only)
+    parser = build_parser(prog)
+    args = parser.parse_args(argv)
+    files = list(args.values) + list(args.more)
+    if not files:
+        parser.error("the following arguments are required: values (FILE, - for standard input, or -f FILE)")
+    if files.count("-") > 1:
+        parser.error("standard input (-) can be read once only")
+    options = Options(maps=args.maps, cpu=args.cpu, port=args.port)
     try:
-        loaded = load(args.values)
-        job = prepare_job(loaded.doc, options)
+        rendered = pipeline.run(files)
+        job = prepare_job(rendered.plan, options, only=args.only)
     except TorchdagError as err:
         return report(err)
     except OSError as err:  # the pipeline reading a file of its own
         return report(LocalRunError(str(err), EXIT_INVALID))
+    for line in rendered.warnings():
+        print(f"warning: {line}", file=sys.stderr)
 
     out = sys.stdout
     limits = [t for t in (args.timeout, job.deadline) if t]
@@ -87,10 +99,9 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     said = "gang stop on" if args.gang_stop else "no gang stop"
     said += f"; timeout {f'{timeout:g} s' if timeout else 'none'}"
     if job.retry is not None:
-        said += "; restarts " + (f"up to {job.retry.limit}" if job.retry.limit is not None else "without limit")
-    out.write(f"[localrun] workflow {job.workflow}: {len(job.tasks)} task(s) from the rendered DAG"
-              f"{' of ' + loaded.kind if loaded.kind != 'Workflow' else ''}, run here ({said})\n")
-    for note in loaded.ignored + job.ignored:
+        said += f"; restarts up to {job.retry.limit}"
+    out.write(f"[localrun] {job.workflow}: {len(job.tasks)} node(s) of {rendered.source}'s plan, run here ({said})\n")
+    for note in job.ignored:
         out.write(f"[localrun] {note}\n")
     if job.retry is not None:
         out.write(f"[localrun] {job.retry.describe(args.backoff_scale)}\n")

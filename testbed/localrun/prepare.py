@@ -1,54 +1,44 @@
-"""Prepare phase: a rendered Workflow -> the local tasks to run, one per DAG task.
+"""Prepare phase: the Plan (torchdag's pipeline: load -> validate -> plan) -> the local
+tasks to run, one per node, named as the node's DAG task (`node-<rank>`).
 
-Each task's container command + args and env go through Argo's `{{...}}` substitution
-(task arguments in the DAG's scope, `{{retries}}` there when the DAG has a
-retryStrategy; then the template's inputs), Kubernetes' `$(VAR)` expansion, and the
-local mappings of mapping.py. A Job keeps what is needed to prepare the tasks again for
-restart n (`{{retries}}` = n) under the same workflow name.
+Each node's command, args and env are the Plan's own for that node
+(torchdag.plan.node_container: its rank, NIC and address, the restart number), through
+Kubernetes' `$(VAR)` expansion and the local mappings (testbed.runtime). What a cluster
+does besides (the gang, the scheduling watch, the pod network's Service, the helpers'
+ConfigMap) is named in one `ignored:` note each. A Job prepares its tasks again for
+restart n (TORCHDAG_RESTART = n).
 """
 
 from __future__ import annotations
 
 import os
 import random
-import re
 import string
 from dataclasses import dataclass, field
 from typing import Callable
 
-from .errors import EXIT_INVALID, LocalRunError
-from .expand import UnresolvedTag, argo_substitute, kube_command, kube_container_env
-from .mapping import device_problems, localize, missing_scripts
-from .retry import RetryPolicy, retry_policy
-
-# What a pod would not inherit from this shell: a stray GLOO_SOCKET_IFNAME or RANK here
-# would silently change what the rendered Workflow means.
-_NOT_INHERITED = re.compile(
-    r"^(TORCHDAG_|GLOO_|NCCL_|HCCL_|TP_SOCKET_|TORCHELASTIC_|PET_|MASTER_ADDR$|MASTER_PORT$|RANK$|"
-    r"WORLD_SIZE$|LOCAL_RANK$|LOCAL_WORLD_SIZE$|GROUP_RANK$|ROLE_RANK$|NODE_RANK$|ASCEND_|CUDA_VISIBLE_DEVICES$|TORCH_DEVICE_BACKEND_AUTOLOAD$)"
+from testbed.runtime import (
+    DEVICE_FILES,
+    Options,
+    kube_command,
+    kube_container_env,
+    local_devices,
+    localize,
+    process_env,
 )
+from torchdag.plan import NodePlan, Plan, node_container
 
-
-@dataclass
-class Options:
-    maps: list[tuple[str, str]] = field(default_factory=list)  # user --map, before DEFAULT_MAPS
-    address: str | None = "127.0.0.1"  # None: keep the rendered addresses (netns tests)
-    nic: str | None = "lo"  # None: keep the rendered NIC names
-    port: int | None = None  # rendezvous port override
-    cpu: bool = False  # run GPU/NPU nodes on CPU instead of refusing them
-    only: list[str] = field(default_factory=list)  # run only these tasks
-    exec_prefix: Callable[["LocalTask"], list[str]] | None = None  # e.g. `ip netns exec NS ...`
-    workflow_name: str | None = None  # default: metadata.name, or generateName + 5 random characters
-    checkout_map: bool = True  # DEFAULT_MAPS last; False: a pod has only what its image and Workflow give it
+from .errors import EXIT_INVALID, LocalRunError
 
 
 @dataclass
 class LocalTask:
-    name: str  # the DAG task, e.g. node-0
-    template: str
-    params: dict[str, str]
+    name: str  # the node's DAG task, node-<rank>
+    host: str  # the node's name (nodes[].name): the hostname it would run on
+    rank: int
+    devices: int  # processes on the node (--nproc_per_node), from the Plan
     argv: list[str]  # command + args, as the container would exec them (after mapping)
-    env: list[tuple[str, str]]  # the container's env list (after substitution, expansion, mapping)
+    env: list[tuple[str, str]]  # the container's env list (after expansion and mapping)
     cwd: str
     device: str  # cpu | cuda | npu, what the node computes on
     notes: list[str] = field(default_factory=list)  # what was changed for running here
@@ -58,219 +48,180 @@ class LocalTask:
         return process_env(base, bin_dir, self.env)
 
 
-def process_env(base: dict[str, str], bin_dir: str, env: list[tuple[str, str]]) -> dict[str, str]:
-    """A container's process environment here: this shell's, less what a pod would not
-    inherit, bin_dir (the venv: torchrun, python) first on PATH, then the container's env."""
-    out = {k: v for k, v in base.items() if not _NOT_INHERITED.match(k)}
-    out["PATH"] = os.pathsep.join([bin_dir] + [p for p in base.get("PATH", "").split(os.pathsep) if p and p != bin_dir])
-    out.update(env)
-    return out
+def _seconds_text(seconds: float) -> str:
+    return f"{round(seconds, 2):g} s"
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """Whole-job restarts: up to `limit`, the wait before restart n `duration * factor^(n-1)`,
+    at most `cap` (Argo's backoff formula, which the Plan's retryStrategy asks for)."""
+
+    limit: int
+    duration: float = 0.0  # seconds before the first restart
+    factor: int = 1
+    cap: float | None = None
+
+    @classmethod
+    def from_plan(cls, retry: dict | None) -> RetryPolicy | None:
+        """From the Plan's retry (torchdag.plan.retry_strategy), whose durations are whole seconds, `"10s"`."""
+        if retry is None:
+            return None
+        backoff = retry["backoff"]
+        cap = float(backoff["cap"].removesuffix("s")) if "cap" in backoff else None
+        return cls(int(retry["limit"]), float(backoff["duration"].removesuffix("s")), int(backoff["factor"]), cap)
+
+    def delay(self, restart: int) -> float:
+        """Seconds to wait before restart n (1-based), before any --backoff-scale."""
+        wait = self.duration * self.factor ** (restart - 1)
+        return min(wait, self.cap) if self.cap is not None else wait
+
+    def of_limit(self, restart: int) -> str:
+        """`1/2`"""
+        return f"{restart}/{self.limit}"
+
+    def refusal(self, restart: int) -> str | None:
+        """Why restart n does not happen after a failure (None: it does)."""
+        return f"no restarts left (limit {self.limit})" if restart > self.limit else None
+
+    def describe(self, scale: float = 1.0) -> str:
+        """`failurePolicy (recovery job): restarts up to 2, backoff 10 s x2 (waits 10, 20 s)`"""
+        text = f"failurePolicy (recovery job): restarts up to {self.limit}"
+        if self.duration:
+            text += f", backoff {_seconds_text(self.duration)} x{self.factor}"
+            shown = min(self.limit, 3)
+            waits = ", ".join(f"{round(self.delay(n) * scale, 2):g}" for n in range(1, shown + 1))
+            more = ", ..." if self.limit > shown else ""
+            scaled = f"; x{scale:g} by --backoff-scale" if scale != 1 else ""
+            if waits:
+                text += f" (waits {waits}{more} s{scaled})"
+        else:
+            text += ", no backoff"
+        if self.cap is not None:
+            text += f", at most {_seconds_text(self.cap)} each"
+        return text
 
 
 @dataclass
 class Job:
-    """A prepared Workflow: its tasks for the first attempt, and for any restart."""
+    """The Plan prepared to run here: its tasks for the first attempt, and for any restart."""
 
-    doc: dict
+    plan: Plan
     options: Options
-    workflow: str
+    workflow: str  # the run's name: the job's name + 5 random characters, as Argo names a generateName
     tasks: list[LocalTask]  # restart 0
-    retry: RetryPolicy | None = None  # the entrypoint DAG's retryStrategy
-    deadline: float | None = None  # spec.activeDeadlineSeconds
-    ignored: list[str] = field(default_factory=list)  # DAG tasks not run here, one note each
+    retry: RetryPolicy | None = None  # failurePolicy recovery job: whole-job restarts
+    deadline: float | None = None  # timeouts.workflowDeadline
+    ignored: list[str] = field(default_factory=list)  # what a cluster does and this runner does not
+    only: list[str] = field(default_factory=list)  # run only these tasks
+    exec_prefix: Callable[[LocalTask], list[str]] | None = None  # e.g. `ip netns exec NS ...`
 
     def tasks_for(self, restart: int) -> list[LocalTask]:
-        """The tasks of restart n (`{{retries}}` = n); restart 0 is self.tasks."""
+        """The tasks of restart n; restart 0 is self.tasks."""
         if restart == 0:
             return self.tasks
-        return prepare_tasks(self.doc, self.options, workflow_scope(self.doc, self.options, self.workflow), restart)
+        return [self.node_task(node, restart) for node in self.nodes_to_run()]
+
+    def nodes_to_run(self) -> list[NodePlan]:
+        return [node for node in self.plan.nodes if not self.only or node.task in self.only]
+
+    def node_task(self, node: NodePlan, restart: int) -> LocalTask:
+        command, args, env = node_container(self.plan, node, restart, self.workflow)
+        notes = [f"node affinity kubernetes.io/hostname={node.name} ignored: runs on this machine"]
+        pod_ip = self.options.address or node.address
+        fields = []
+        for name, path in node.shape.field_env:  # the downward API: the pod's IP, which this machine stands in for
+            notes.append(f"env {name}: the pod's IP ({path}) -> {pod_ip}")
+            fields.append((name, pod_ip))
+        # Kubernetes: env values see earlier entries; command and args see the whole env.
+        env_list = kube_container_env(fields + env)
+        command, args = kube_command(command, dict(env_list)), kube_command(args, dict(env_list))
+        argv, env_out, cwd, device = localize(command, args, env_list, self.plan.values["workingDir"] or None,
+                                              node.shape.device, self.options, notes)
+        task = LocalTask(node.task, node.name, node.rank, node.devices, argv, env_out, cwd, device, notes)
+        if self.exec_prefix is not None:
+            task.prefix = list(self.exec_prefix(task))
+        return task
 
 
-def workflow_scope(doc: dict, options: Options, name: str | None = None) -> dict[str, str]:
-    meta = doc.get("metadata") or {}
-    name = name or options.workflow_name
-    if not name and doc.get("kind") != "WorkflowTemplate":
-        name = meta.get("name")
-    if not name:  # Argo appends five random characters to generateName (`argo submit --from`: the template's name)
-        stem = meta.get("generateName") or (f"{meta['name']}-" if meta.get("name") else "workflow-")
-        name = stem + "".join(random.choices(string.ascii_lowercase + string.digits, k=5))
-    scope = {
-        "workflow.name": name,
-        "workflow.namespace": meta.get("namespace") or "default",
-        "workflow.serviceAccountName": (doc.get("spec") or {}).get("serviceAccountName") or "default",
-        "workflow.uid": "local-" + name,
-    }
-    for param in ((doc.get("spec") or {}).get("arguments") or {}).get("parameters") or []:
-        if "value" in param:
-            scope[f"workflow.parameters.{param['name']}"] = str(param["value"])
-    return scope
+def device_problems(tasks: list[LocalTask]) -> list[str]:
+    """GPU/NPU nodes this machine cannot hold (all nodes share it, so their devices add up)."""
+    problems = []
+    for kind in ("cuda", "npu"):
+        needing = [t for t in tasks if t.device == kind]
+        need = sum(t.devices for t in needing)
+        have = local_devices(kind) if needing else 0
+        if needing and have < need:
+            folder, pattern, label = DEVICE_FILES[kind]
+            problems.append(
+                f"{', '.join(t.name for t in needing)}: need{'s' if len(needing) == 1 else ''} {need} {label}(s) "
+                f"and this machine has {have} ({folder}/{pattern.pattern.strip('^$')}); "
+                f"run with --cpu to train those nodes on CPU instead"
+            )
+    return problems
 
 
-def _dag(doc: dict) -> tuple[dict, dict, dict[str, dict]]:
-    spec = doc.get("spec") or {}
-    templates = {t["name"]: t for t in spec.get("templates") or []}
-    entry = templates.get(spec.get("entrypoint"))
-    if not entry or "dag" not in entry:
-        raise LocalRunError(f"entrypoint {spec.get('entrypoint')!r} is not a DAG template; "
-                            "localrun runs torchdag's DAG only")
-    return entry, entry["dag"], templates
-
-
-def _prepare_task(task: dict, template: dict, dag_scope: dict[str, str], options: Options) -> LocalTask:
-    name = task["name"]
-    if "container" not in template:
-        raise LocalRunError(f"{name}: template {template['name']!r} has no container; "
-                            "localrun runs container templates only")
-    container = template["container"]
-    notes: list[str] = []
-    env_entries = []
-    for entry in container.get("env") or []:
-        field = ((entry.get("valueFrom") or {}).get("fieldRef") or {}).get("fieldPath")
-        if "value" in entry:
-            env_entries.append(entry)
-        elif field == "status.podIP":  # the pod network's HCCL_IF_IP: this machine stands in for the pod
-            notes.append(f"env {entry['name']}: the pod's IP (status.podIP) -> 127.0.0.1")
-            env_entries.append({"name": entry["name"], "value": "127.0.0.1"})
-        else:
-            raise LocalRunError(f"{name}: env {entry.get('name')}: valueFrom cannot be resolved outside Kubernetes")
-
-    # Argo: task arguments are resolved in the DAG's scope, then fill the inputs;
-    # the container sees the workflow's variables and its inputs (not {{retries}}).
-    declared = (template.get("inputs") or {}).get("parameters") or []
-    params = {p["name"]: str(p["value"]) for p in declared if "value" in p}
-    try:
-        for p in (task.get("arguments") or {}).get("parameters") or []:
-            params[p["name"]] = argo_substitute(str(p.get("value", "")), dag_scope)
-        scope = {k: v for k, v in dag_scope.items() if k.startswith("workflow.")}
-        scope.update({f"inputs.parameters.{k}": v for k, v in params.items()})
-        command = [argo_substitute(str(w), scope) for w in container.get("command") or []]
-        args = [argo_substitute(str(w), scope) for w in container.get("args") or []]
-        raw_env = [(e["name"], argo_substitute(str(e["value"]), scope)) for e in env_entries]
-        working_dir = argo_substitute(str(container["workingDir"]), scope) if container.get("workingDir") else None
-    except UnresolvedTag as err:
-        raise LocalRunError(f"{name}: {err} (Argo would fail this workflow)", EXIT_INVALID) from None
-
-    # Kubernetes: env values see earlier entries; command and args see the whole env.
-    env_list = kube_container_env(raw_env)
-    command, args = kube_command(command, dict(env_list)), kube_command(args, dict(env_list))
-
-    if params.get("host"):
-        notes.append(f"node affinity kubernetes.io/hostname={params['host']} ignored: runs on this machine")
-    mapped, env_out, cwd, device = localize(command, args, env_list, working_dir, container, options, notes)
-    local = LocalTask(name, template["name"], params, mapped, env_out, cwd, device, notes)
-    if options.exec_prefix is not None:
-        local.prefix = list(options.exec_prefix(local))
-    return local
-
-
-def prepare_tasks(doc: dict, options: Options, scope: dict[str, str], restart: int) -> list[LocalTask]:
-    entry, dag, templates = _dag(doc)
-    dag_scope = dict(scope)
-    if entry.get("retryStrategy"):  # Argo puts the retry count in the retried template's scope
-        dag_scope["retries"] = str(restart)
-    tasks = dag.get("tasks") or []
-    names = [t["name"] for t in tasks]
-    unknown = [n for n in options.only if n not in names]
-    if unknown:
-        raise LocalRunError(f"--only {', '.join(unknown)}: no such task (tasks: {', '.join(names)})", EXIT_INVALID)
-    skipped = {t["name"] for t in tasks if gang_task(t, templates)}
-    out = []
+def missing_scripts(tasks: list[LocalTask]) -> list[str]:
+    """Python scripts a node would start (script, preflight) that do not exist once mapped."""
+    missing: dict[str, list[str]] = {}
     for task in tasks:
-        if task["name"] in skipped:
-            continue
-        depends = set(task.get("dependencies") or []) | set((task.get("depends") or "").split(" && ")) - {""}
-        if depends - skipped:
-            raise LocalRunError(f"{task['name']}: has dependencies; localrun starts every task at once, "
-                                "as torchdag renders them")
-        if options.only and task["name"] not in options.only:
-            continue
-        if task.get("template") not in templates:
-            raise LocalRunError(f"{task['name']}: template {task.get('template')!r} is not in the Workflow",
-                                EXIT_INVALID)
-        for item_task, item_scope in _items(task):
-            out.append(_prepare_task(item_task, templates[task["template"]], {**dag_scope, **item_scope}, options))
-    return out
+        for word in task.argv:
+            path = word.partition("=")[2] if word.startswith("-") else word
+            if path.startswith("/") and path.endswith(".py") and not os.path.exists(path):
+                missing.setdefault(path, []).append(task.name)
+    return [f"{', '.join(names)}: {path} does not exist here; map the image path into this machine with --map SRC=DST"
+            for path, names in missing.items()]
 
 
-def _items(task: dict) -> list[tuple[dict, dict[str, str]]]:
-    """A task fanned out with withItems (torchdag's loop tasks past 200 nodes) as Argo expands
-    it: one task per item, named `task(index:key:value,...)` with the keys sorted
-    (operator.go processItem), `{{item.<key>}}` in its scope; any other task as it is."""
-    if "withItems" not in task:
-        return [(task, {})]
-    out = []
-    for index, item in enumerate(task["withItems"]):
-        if not isinstance(item, dict):
-            raise LocalRunError(f"{task['name']}: withItems[{index}] is not a mapping; localrun expands "
-                                "torchdag's loop tasks only", EXIT_INVALID)
-        given = {key: str(value) for key, value in item.items()}
-        described = ",".join(sorted(f"{key}:{value}" for key, value in given.items()))
-        name = f"{task['name']}({index}:{described.replace('(', '').replace(')', '')})"
-        out.append(({**task, "name": name}, {f"item.{key}": value for key, value in given.items()}))
-    return out
-
-
-# The pod network's headless Service (network.mode: pod), skipped like the gang's tasks.
-SERVICE_TASK = "creates the run's headless Service"
-AGENTS_TASK = "creates the helpers' ConfigMap"  # agents.fromWorkflow; here /opt/torchdag maps to the checkout
-
-
-def gang_task(task: dict, templates: dict[str, dict]) -> str | None:
-    """What a DAG task of gang scheduling does on a cluster (scheduling.gang), or None for a
-    training task: the resource template that creates the PodGroup, or the gang watch."""
-    template = templates.get(task.get("template")) or {}
-    manifest = (template.get("resource") or {}).get("manifest") or ""
-    if "\nkind: \"PodGroup\"\n" in "\n" + manifest:
-        return "creates the gang's PodGroup"
-    if "\nkind: \"Service\"\n" in "\n" + manifest:
-        return SERVICE_TASK
-    if "\nkind: \"ConfigMap\"\n" in "\n" + manifest:
-        return AGENTS_TASK
-    role = ((template.get("metadata") or {}).get("labels") or {}).get("torchdag.io/role")
-    if role == "gang-watch":
-        return "watches that the gang is placed in time"
-    if role == "schedule-watch":  # every job without a gang (scheduling.timeout)
-        return "watches that every pod is scheduled in time"
-    return None
-
-
-def _gang_notes(doc: dict) -> list[str]:
-    """What gang scheduling would do on a cluster, and that this runner does not."""
-    _, dag, templates = _dag(doc)
-    notes = [f"ignored: task {t['name']} ({gang_task(t, templates)}: " + (
-             "every pod name is 127.0.0.1 here)" if gang_task(t, templates) == SERVICE_TASK else
-             "scheduling is not simulated; every node starts here at once)" if t["name"] == "schedule-watch" else
-             "the checkout's trainer/agents/ serve here)" if gang_task(t, templates) == AGENTS_TASK else
-             "gang scheduling is not simulated; every node starts here at once)")
-             for t in dag.get("tasks") or [] if gang_task(t, templates)]
-    for template in templates.values():
-        metadata = template.get("metadata") or {}
-        marks = {**(metadata.get("labels") or {}), **(metadata.get("annotations") or {})}
-        fields = [f"schedulerName {template['schedulerName']}"] if template.get("schedulerName") else []
-        fields += [f"Pending timeout {template['timeout']}"] if template.get("timeout") else []
-        fields += [f"{key}={value}" for key, value in marks.items() if not key.startswith("torchdag.io/")]
-        watch = (metadata.get("labels") or {}).get("torchdag.io/role") == "gang-watch"
-        if "container" in template and fields and not watch:
-            notes.append(f"ignored: template {template['name']}: {', '.join(fields)} "
-                         "(placement is the cluster's business)")
+def cluster_notes(plan: Plan) -> list[str]:
+    """What the cluster does around the nodes, and that this runner does not."""
+    notes = []
+    everyone_here = "every node starts here at once"
+    if plan.gang and plan.gang["manifest"]:
+        notes.append(f"ignored: task gang (creates the gang's PodGroup: gang scheduling is not simulated; "
+                     f"{everyone_here})")
+    if plan.gang:
+        notes.append(f"ignored: task {plan.watch['task']} (watches that the gang is placed in time: "
+                     f"gang scheduling is not simulated; {everyone_here})")
+    else:
+        notes.append(f"ignored: task {plan.watch['task']} (watches that every pod is scheduled in time: "
+                     f"scheduling is not simulated; {everyone_here})")
+    if plan.network:
+        notes.append("ignored: task service (creates the run's headless Service: every pod name is 127.0.0.1 here)")
+    if plan.agents:
+        notes.append(f"ignored: task {plan.agents['task']} (creates the helpers' ConfigMap: "
+                     "the checkout's trainer/agents/ serve here)")
+    gang = plan.gang or {"labels": [], "annotations": [], "role_annotation": None}
+    for shape in plan.shapes:
+        marks = [f"schedulerName {plan.scheduler_name}"] if plan.scheduler_name else []
+        marks += [f"{key}={value}" for key, value in gang["labels"] + gang["annotations"]]
+        marks += [f"{gang['role_annotation']}={shape.name}"] if gang["role_annotation"] else []
+        if marks:
+            notes.append(f"ignored: template {shape.name}: {', '.join(marks)} (placement is the cluster's business)")
     return notes
 
 
-def prepare_job(doc: dict, options: Options) -> Job:
-    """The Workflow prepared to run here; LocalRunError if it cannot run faithfully."""
-    entry, _, _ = _dag(doc)
-    retry = retry_policy(doc, entry)
-    scope = workflow_scope(doc, options)
-    tasks = prepare_tasks(doc, options, scope, 0)
-    problems = ([] if options.cpu else device_problems(tasks)) + missing_scripts(tasks)
+def run_name(plan: Plan) -> str:
+    """The job's name and five random characters, as Argo completes the Workflow's generateName."""
+    return f"{plan.values['name']}-" + "".join(random.choices(string.ascii_lowercase + string.digits, k=5))
+
+
+def prepare_job(plan: Plan, options: Options, *, only: list[str] | tuple = (),
+                exec_prefix: Callable[[LocalTask], list[str]] | None = None) -> Job:
+    """The Plan prepared to run here; LocalRunError if it cannot run faithfully."""
+    names = [node.task for node in plan.nodes]
+    unknown = [name for name in only if name not in names]
+    if unknown:
+        raise LocalRunError(f"--only {', '.join(unknown)}: no such task (tasks: {', '.join(names)})", EXIT_INVALID)
+    if plan.node_retry:
+        raise LocalRunError("failurePolicy.recovery node: a node retried alone while the others keep running is "
+                            "not simulated here; set recovery: job to smoke-test restarts, or use the local "
+                            "cluster (docs/e2e.md)")
+    deadline = plan.values["timeouts"]["workflowDeadline"]
+    job = Job(plan, options, run_name(plan), [], RetryPolicy.from_plan(plan.retry),
+              float(deadline) if deadline else None, cluster_notes(plan), list(only), exec_prefix)
+    job.tasks = [job.node_task(node, 0) for node in job.nodes_to_run()]
+    problems = ([] if options.cpu else device_problems(job.tasks)) + missing_scripts(job.tasks)
     if problems:
         raise LocalRunError("\n".join(problems))
-    deadline = (doc.get("spec") or {}).get("activeDeadlineSeconds")
-    return Job(doc, options, scope["workflow.name"], tasks, retry, float(deadline) if deadline else None,
-               _gang_notes(doc))
-
-
-def prepare(doc: dict, options: Options) -> tuple[str, list[LocalTask]]:
-    """(workflow name, the tasks of the first attempt); see prepare_job."""
-    job = prepare_job(doc, options)
-    return job.workflow, job.tasks
+    return job

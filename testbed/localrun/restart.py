@@ -1,12 +1,13 @@
-"""Supervise phase, whole-job restarts: the DAG's retryStrategy, as Argo applies it.
+"""Supervise phase, whole-job restarts: failurePolicy with recovery job, as the Plan has them
+(its `retry`: Argo's retryStrategy on the train DAG, which makes every node's pod anew).
 
 When an attempt fails (a node exits non-zero or is killed; gang stop has stopped the
-others) and the entrypoint DAG has a retryStrategy that allows it, the runner says
+others) and a restart is left, the runner says
 
     [localrun] restart 1/2 in 10 s: node-1 failed (exit 1)
 
 waits the backoff (times --backoff-scale), and starts every node again with
-`{{retries}}` = the restart number. A timeout (--timeout, activeDeadlineSeconds: the
+TORCHDAG_RESTART = the restart number. A timeout (--timeout, timeouts.workflowDeadline: the
 whole run, every attempt and wait included) or an interrupt ends the run without one.
 """
 
@@ -20,8 +21,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from .errors import stopped_code
-from .prepare import Job
-from .retry import RetryPolicy
+from .prepare import Job, RetryPolicy
 from .supervise import Outcome, Supervisor, TaskResult
 
 
@@ -33,7 +33,7 @@ class JobOutcome:
     attempts: list[Outcome]
     retry: RetryPolicy | None = None
     elapsed: float = 0.0
-    no_restart: str | None = None  # why the last failure was not restarted (retryStrategy only)
+    no_restart: str | None = None  # why the last failure was not restarted (with restarts only)
     timed_out: bool = False  # during a backoff wait
     interrupted: bool = False  # during a backoff wait
 
@@ -111,7 +111,7 @@ class JobRunner:
                 break
             restart += 1
             wait = retry.delay(restart) * self.backoff_scale
-            result.no_restart = retry.refusal(restart, time.monotonic() - begin, wait)
+            result.no_restart = retry.refusal(restart)
             if result.no_restart is not None:
                 break
             failed = outcome.first_failure
@@ -120,7 +120,7 @@ class JobRunner:
             if not self._wait(wait, deadline, result):
                 break
             self.say(f"restart {retry.of_limit(restart)}: starting {len(tasks)} task(s) again "
-                     f"({{{{retries}}}} = {restart})")
+                     f"(TORCHDAG_RESTART={restart})")
         self.current = None
         result.elapsed = time.monotonic() - begin
         return result

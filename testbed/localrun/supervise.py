@@ -1,9 +1,9 @@
 """Supervise phase: one attempt of the DAG, every task a local process tree.
 
 A Supervisor starts every task at once, streams their output with a `[task]` prefix and
-stops whole process trees (procs.py): a task's leftovers when its main process exits (as
+stops whole process trees (testbed.runtime.ProcessTree): a task's leftovers when its main process exits (as
 a pod's would die with it) and, with gang stop, every other task once one fails.
-restart.py runs Supervisors again while the DAG's retryStrategy allows.
+restart.py runs Supervisors again while the Plan's restarts allow.
 """
 
 from __future__ import annotations
@@ -21,9 +21,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, TextIO
 
+from testbed.runtime import MARKER_ENV, ProcessTree, process_table
+
 from .errors import EXIT_FAILED, EXIT_OK, stopped_code
 from .prepare import LocalTask
-from .procs import MARKER_ENV, ProcessTree, process_table
 from .report import loss_value, seconds_after
 
 TAIL_LINES = 400  # of each task's output, kept for the summary's cause (torchdag/diagnose)
@@ -70,7 +71,7 @@ class Outcome:
     timed_out: bool = False
     interrupted: bool = False
     elapsed: float = 0.0
-    restart: int = 0  # {{retries}} of this attempt
+    restart: int = 0  # this attempt's restart number (TORCHDAG_RESTART)
 
     @property
     def code(self) -> int:

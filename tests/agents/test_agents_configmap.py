@@ -16,7 +16,7 @@ from test_kubelet_pods import FakeApi, mounts_allowed, run  # noqa: F401 (a fixt
 from helpers import write
 from sync_chart import agent_files
 from testbed.kubelet.kubelet import Kubelet
-from testbed.localrun.prepare import Options
+from testbed.runtime import Options
 from torchdag.pipeline import build
 
 AGENTS = "/opt/torchdag/trainer/agents"

@@ -54,10 +54,10 @@ def test_a_template_bug_is_reported_as_a_bug(monkeypatch, capsys):
 def test_smoke_reports_a_bug_the_same_way(monkeypatch, capsys):
     import testbed.localrun.cli as localrun_cli
 
-    def broken_load(path):
-        raise AttributeError("'NoneType' object has no attribute 'doc'")
+    def broken_plan(plan, options, only=()):
+        raise AttributeError("'NoneType' object has no attribute 'nodes'")
 
-    monkeypatch.setattr(localrun_cli, "load", broken_load)
+    monkeypatch.setattr(localrun_cli, "prepare_job", broken_plan)
     prog = "python -m testbed.localrun"  # what testbed/localrun/__main__.py runs
     argv = [str(REPO / "examples" / "local.yaml"), "--dry-run"]
     assert errors.run_command(lambda: localrun_cli.main(argv), prog) == 70

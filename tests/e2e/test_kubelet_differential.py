@@ -1,9 +1,9 @@
 """Differential (go tier): for every example, the command, args and env the process kubelet
 would start for each training pod that Argo's real controller creates equal what
-`make smoke --cpu` starts for that task, but for the variables only a pod has (ARGO_*, the
-API server's Service). Argo does the substitution here, not our copy of it: the kubelet runs
-with --no-exec --record, so the pods complete without processes and their plans are written
-down."""
+`make smoke --cpu` starts for that node from the Plan, but for the variables only a pod has
+(ARGO_*, the API server's Service): Argo's substitution of the rendered Workflow against the
+Plan's own per-node words (torchdag.plan.node_container). The kubelet runs with --no-exec
+--record, so the pods complete without processes and their plans are written down."""
 
 from __future__ import annotations
 
@@ -16,8 +16,9 @@ from kubelet_cluster_helpers import KubeletProcess, delete_nodes, kubeconfig_for
 
 from helpers import EXAMPLES
 from testbed.kube import Kube
-from testbed.localrun.load import load_workflow
-from testbed.localrun.prepare import Options, prepare_tasks, workflow_scope
+from testbed.localrun import Job
+from testbed.runtime import Options
+from torchdag import pipeline
 
 pytestmark = [pytest.mark.go, pytest.mark.e2e]
 MAPS = [("/code", "/srv/code"), ("/workspace", "/srv/ws")]
@@ -68,7 +69,8 @@ def test_kubelet_under_argo_starts_what_smoke_starts(example, request, tmp_path)
     kube = Kube(str(kubeconfig))
     suffix = uuid.uuid4().hex[:5]
     values, nodes = renamed_values(example, tmp_path, suffix)
-    doc = load_workflow(values)
+    rendered = pipeline.run(values)
+    doc = next(d for d in yaml.safe_load_all(rendered.text) if d and d.get("kind") == "Workflow")
     namespace = f"kd-{suffix}"
     doc["metadata"]["namespace"] = namespace
     register_nodes(kube, nodes, extended_resources(doc))
@@ -103,13 +105,14 @@ def test_kubelet_under_argo_starts_what_smoke_starts(example, request, tmp_path)
         for pv in volumes:
             kube.request("DELETE", f"/api/v1/persistentvolumes/{pv}")
 
-    options = Options(workflow_name=name, cpu=True, maps=list(MAPS))
-    smoke = {t.name: t for t in prepare_tasks(doc, options, workflow_scope(doc, options), 0)}
+    job = Job(rendered.plan, Options(cpu=True, maps=list(MAPS)), name, [])
+    smoke = {node.task: job.node_task(node, 0) for node in rendered.plan.nodes}
     entries = [json.loads(line) for line in record.read_text().splitlines()]
     assert not [e for e in entries if "error" in e], entries
     seen = set()
     for entry in entries:
-        task = entry["annotations"][NODE_NAME].split(".", 1)[1]
+        # node-0, or node-0(0).train under node recovery's retry wrapper
+        task = entry["annotations"][NODE_NAME].split(".", 1)[1].split("(")[0]
         if entry["container"] != "main" or task not in smoke:
             continue
         seen.add(task)

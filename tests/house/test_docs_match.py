@@ -27,12 +27,7 @@ def smoke_doc_lines() -> list[str]:
 def test_smoke_docs_ignored_lines_are_what_localrun_prints(tmp_path):
     documented = smoke_doc_lines()
     assert len(documented) >= 4, documented
-    printed = localrun_dry_run(CASES / "gang-volcano.yaml")
-    from torchdag.pipeline import build
-
-    with_configmap = write(tmp_path, build(CASES / "gang-volcano.yaml")
-                           + "---\napiVersion: v1\nkind: ConfigMap\nmetadata: {name: extra}\n", "rendered.yaml")
-    printed += localrun_dry_run(with_configmap)
+    printed = localrun_dry_run(CASES / "gang-volcano.yaml") + localrun_dry_run(CASES / "pod-network.yaml")
     missing = [line for line in documented if line not in printed]
     assert not missing, f"docs/smoke.md shows lines localrun does not print: {missing}"
 

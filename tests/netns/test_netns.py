@@ -3,8 +3,8 @@
 Host A (node-a, NIC enp11s0f0, 198.18.0.1) and host B (node-b, NIC eno1, 198.18.0.2)
 are joined by a veth pair; each also has lo. In each, the hostname resolves to
 127.0.1.1 (/etc/netns/NS/hosts, bind-mounted over /etc/hosts by `ip netns exec`), the
-setup that made gloo fall back to loopback in the original report. The DAG tasks run
-through testbed.localrun with a per-node exec prefix
+setup that made gloo fall back to loopback in the original report. The Plan's nodes run
+through testbed.localrun (make smoke's runner) with a per-node exec prefix
 `ip netns exec NS unshare --uts sh -c 'hostname NAME && exec "$@"'`; the rendered
 addresses and NIC names are kept (no 127.0.0.1 / lo mapping). Only 198.18.0.0/15
 (benchmarking range) and each namespace's own loopback carry traffic.
@@ -23,7 +23,9 @@ import pytest
 import yaml
 from required import missing, netns_unavailable
 
-from testbed.localrun import Options, Supervisor, load_workflow, prepare
+from localrun_helpers import plan_of
+from testbed.localrun import Supervisor, prepare_job
+from testbed.runtime import Options
 
 pytestmark = [pytest.mark.netns, pytest.mark.torch]  # torchrun across network namespaces, as root
 
@@ -115,17 +117,17 @@ class Lines:
 
 
 def run_in_hosts(values: Path, hosts: dict[str, str], gang_stop: bool = True, timeout: float = 90):
-    """The rendered DAG, each task in its host's namespace under its own hostname."""
+    """The Plan's nodes, each in its host's namespace under its own hostname."""
 
     def prefix(task):
-        host = task.params["host"]
-        return ["ip", "netns", "exec", hosts[host], "unshare", "--uts",
-                "sh", "-c", 'hostname "$0" && exec "$@"', host]
+        return ["ip", "netns", "exec", hosts[task.host], "unshare", "--uts",
+                "sh", "-c", 'hostname "$0" && exec "$@"', task.host]
 
-    workflow, tasks = prepare(load_workflow(str(values)), Options(address=None, nic=None, exec_prefix=prefix))
+    job = prepare_job(plan_of(values), Options(address=None, nic=None), exec_prefix=prefix)
+    tasks = job.tasks
     out = Lines()
     begin = time.monotonic()
-    outcome = Supervisor(workflow, tasks, out=out, gang_stop=gang_stop, timeout=timeout, base_env=ENV).run()
+    outcome = Supervisor(job.workflow, tasks, out=out, gang_stop=gang_stop, timeout=timeout, base_env=ENV).run()
     return tasks, outcome, out, time.monotonic() - begin
 
 

@@ -90,4 +90,5 @@ def test_the_local_runner_refuses_node_recovery_in_one_line(tmp_path):
                           capture_output=True, text=True, timeout=60)
     lines = done.stderr.strip().splitlines()
     assert done.returncode != 0 and len(lines) == 1, done.stderr
-    assert "-retry': retryStrategy on a single pod is not simulated" in lines[0]
+    assert lines[0].startswith("localrun: refused: failurePolicy.recovery node: a node retried alone "), lines
+    assert "set recovery: job to smoke-test restarts" in lines[0]

@@ -196,7 +196,9 @@ def test_the_local_runner_skips_the_service_and_maps_names_and_the_pod_ip(tmp_pa
     assert "[localrun] ignored: task service (creates the run's headless Service: every pod name is 127.0.0.1 here)" \
         in out
     assert "[localrun] node-0: env HCCL_IF_IP: the pod's IP (status.podIP) -> 127.0.0.1" in out
-    assert re.search(r"node-1: master address node-0\.podmix-\w+\.ml\.svc\.corp\.example -> 127\.0\.0\.1", out)
+    # rank 0's DNS name as the Plan has it (the cluster fills in the run and its namespace)
+    assert ("node-1: master address node-0.{{workflow.name}}.{{workflow.namespace}}.svc.corp.example -> 127.0.0.1"
+            in out)
 
 
 @pytest.mark.torch  # a real torchrun job

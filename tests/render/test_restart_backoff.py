@@ -39,13 +39,13 @@ def test_restarts_without_a_deadline_get_a_capped_backoff_in_both(policy, timeou
 
 
 def test_the_cap_bounds_every_wait_as_argo_computes_it(tmp_path):
-    """What Argo would wait before each of 20 restarts, from the rendered retryStrategy (the
-    local runner reads it as the controller does): nothing over the cap, in all under a day."""
-    from testbed.localrun.retry import retry_policy
+    """What Argo would wait before each of 20 restarts, from the rendered retryStrategy (Argo's
+    formula, as the local runner applies it): nothing over the cap, in all under a day."""
+    from testbed.localrun import RetryPolicy
 
     document = render_py_workflow(write(tmp_path, CPU + "failurePolicy: {maxRestarts: 20, recovery: job}\n"
                                                         "timeouts: {workflowDeadline: null}\n"))
-    policy = retry_policy(document, document["spec"]["templates"][0])
+    policy = RetryPolicy.from_plan(document["spec"]["templates"][0]["retryStrategy"])
     waits = [policy.delay(restart) for restart in range(1, 21)]
     assert waits[:3] == [30, 60, 120] and max(waits) == CAP
     assert sum(waits) < 86400  # uncapped: 30 s x (2^20 - 1), about a year

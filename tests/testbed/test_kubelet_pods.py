@@ -21,7 +21,7 @@ from testbed.kubelet.pods import PodWorker
 from testbed.kubelet.sandbox import MEMORY_ROOT, Sandbox, can_mount, wrap
 from testbed.kubelet.status import ContainerState, PodState, exit_code_of, termination_message
 from testbed.kubelet.workflows import stop_reason
-from testbed.localrun.prepare import Options
+from testbed.runtime import Options
 
 
 @pytest.fixture

@@ -10,18 +10,16 @@ import pytest
 from kubelet_helpers import argo_pod
 
 from helpers import EXAMPLES, EXAMPLES_DIR
+from localrun_helpers import plan_of
 from testbed.kubelet.sandbox import mount_order
 from testbed.kubelet.translate import PodContext, PodError, plan_container, plan_pod, unwrap_emissary
-from testbed.localrun.load import load_workflow
-from testbed.localrun.mapping import CHECKOUT
-from testbed.localrun.prepare import Options, gang_task, prepare_tasks, workflow_scope
-
-WORKFLOW = "local-smoke-abcde"
+from testbed.localrun import Job
+from testbed.runtime import CHECKOUT, Options
 
 
 @pytest.fixture(scope="module")
-def local_doc():
-    return load_workflow(EXAMPLES_DIR / "local.yaml")
+def local_plan():
+    return plan_of(EXAMPLES_DIR / "local.yaml")
 
 
 def context(**kw) -> PodContext:
@@ -35,8 +33,8 @@ def container(pod: dict, name: str) -> dict:
     return next(c for c in pod["spec"]["containers"] + pod["spec"]["initContainers"] if c["name"] == name)
 
 
-def test_emissary_unwrapped_and_mapped_as_smoke(local_doc):
-    pod = argo_pod(local_doc, "node-1")
+def test_emissary_unwrapped_and_mapped_as_smoke(local_plan):
+    pod = argo_pod(local_plan, "node-1")
     inits, mains = plan_pod(pod, context(argoexec="/bin/true"))
     main = next(m for m in mains if m.name == "main")
     assert main.role == "process" and main.emissary
@@ -52,22 +50,20 @@ def test_emissary_unwrapped_and_mapped_as_smoke(local_doc):
 
 def _training_tasks():
     for example in EXAMPLES:
-        doc = load_workflow(example)
-        entry = next(t for t in doc["spec"]["templates"] if t["name"] == doc["spec"]["entrypoint"])
-        templates = {t["name"]: t for t in doc["spec"]["templates"]}
-        for task in entry["dag"]["tasks"]:
-            if not gang_task(task, templates):
-                yield pytest.param(doc, task["name"], id=f"{example.stem}-{task['name']}")
+        plan = plan_of(example)
+        for node in plan.nodes:
+            yield pytest.param(plan, node.task, id=f"{example.stem}-{node.task}")
 
 
-@pytest.mark.parametrize("doc,task", list(_training_tasks()))
-def test_same_process_as_make_smoke(doc, task):
-    """For every example's every training task: what the kubelet starts for Argo's pod
-    equals what `make smoke --cpu` starts for the task, but for the variables only a pod
-    has (Argo's own, the API server's Service)."""
-    options = Options(workflow_name=WORKFLOW, cpu=True, maps=[("/code", "/srv/code"), ("/workspace", "/srv/ws")])
-    smoke = next(t for t in prepare_tasks(doc, options, workflow_scope(doc, options), 0) if t.name == task)
-    pod = argo_pod(doc, task)
+@pytest.mark.parametrize("plan,task", list(_training_tasks()))
+def test_same_process_as_make_smoke(plan, task):
+    """For every example's every node: what the kubelet starts for its pod equals what
+    `make smoke --cpu` starts for the node, but for the variables only a pod has (Argo's
+    own, the API server's Service)."""
+    options = Options(cpu=True, maps=[("/code", "/srv/code"), ("/workspace", "/srv/ws")])
+    job = Job(plan, options, "local-smoke-abcde", [])
+    smoke = job.node_task(next(node for node in plan.nodes if node.task == task), 0)
+    pod = argo_pod(plan, task)
     main = next(m for m in plan_pod(pod, context(options=options))[1] if m.name == "main")
     assert main.argv == smoke.argv
     assert main.cwd == smoke.cwd and main.device == smoke.device
@@ -78,8 +74,7 @@ def test_same_process_as_make_smoke(doc, task):
 
 
 def test_cpu_stand_ins_for_npu(tmp_path):
-    doc = load_workflow(EXAMPLES_DIR / "ascend310p-3node.yaml")
-    pod = argo_pod(doc, "node-0", node="192.168.110.22")
+    pod = argo_pod(plan_of(EXAMPLES_DIR / "ascend310p-3node.yaml"), "node-0", node="192.168.110.22")
     main = next(m for m in plan_pod(pod, context(options=Options(cpu=True)))[1] if m.name == "main")
     env = dict(main.env)
     assert main.argv[0] == "torchrun", "the set_env wrapper is dropped: its script does not exist here"
@@ -167,8 +162,8 @@ def test_working_dir_mapped_and_missing(tmp_path):
     assert any("workingDir /nowhere/at/all does not exist here" in n for n in run.notes)
 
 
-def test_argoexec_pods_need_the_binary(local_doc):
-    pod = argo_pod(local_doc, "node-0")
+def test_argoexec_pods_need_the_binary(local_plan):
+    pod = argo_pod(local_plan, "node-0")
     with pytest.raises(PodError, match="Argo's executor binary is not built here"):
         plan_pod(pod, context(argoexec=None))
     real = plan_pod(pod, context(argoexec="/bin/true", wait="real"))[1]
@@ -183,8 +178,8 @@ def test_unwrap_emissary_forms():
         plan_container(pod, copy.deepcopy(pod["spec"]["containers"][0]), context())
 
 
-def test_argo_resource_template_runs_argoexec(local_doc):
-    pod = argo_pod(local_doc, "node-0")
+def test_argo_resource_template_runs_argoexec(local_plan):
+    pod = argo_pod(local_plan, "node-0")
     main = next(c for c in pod["spec"]["containers"] if c["name"] == "main")
     main["command"], main["args"] = main["command"][:7] + ["argoexec", "resource", "create"], []
     run = next(m for m in plan_pod(pod, context())[1] if m.name == "main")

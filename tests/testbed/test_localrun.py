@@ -1,10 +1,9 @@
-"""testbed.localrun: the rendered Workflow's DAG run as local processes (make smoke).
+"""testbed.localrun: the Plan's nodes run as local processes (make smoke).
 
 Real torchrun jobs on 127.0.0.1 (2 nodes x 2 processes, a few dozen steps), a node
-killed mid-run, refusal of GPU/NPU nodes, substitution and $(VAR) expansion, the
-Workflow's own timeouts bounding a hang when nothing stops the survivors, files of several
-documents, and whole-job restarts (the DAG's retryStrategy: a stand-in script for speed,
-and a real torchrun job whose killed worker makes every node resume from a checkpoint).
+killed mid-run, refusal of GPU/NPU nodes, each node's own words from the Plan and $(VAR)
+expansion, the job's own timeouts bounding a hang when nothing stops the survivors, values
+files taken as render.py takes them. Restarts: test_localrun_restart.py.
 """
 
 from __future__ import annotations
@@ -25,26 +24,23 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from localrun_helpers import ENV, LOCAL, REPO, Run, free_port, processes_with, rendered_workflow, values_with
+from helpers import EXAMPLES
+from localrun_helpers import ENV, LOCAL, REPO, Run, free_port, plan_of, processes_with, values_with
 from testbed.localrun import (
     EXIT_INVALID,
     EXIT_REFUSED,
+    Job,
     LocalRunError,
-    Options,
     Outcome,
     Supervisor,
     TaskResult,
-    load,
-    load_workflow,
-    local_devices,
     loss_value,
     outcome_lines,
-    prepare,
+    prepare_job,
 )
 from testbed.localrun import main as localrun_main
-from testbed.localrun.expand import UnresolvedTag, argo_substitute, kube_container_env, kube_expand
-from torchdag.pipeline import build
-from torchdag.plan import dollar_escape
+from testbed.runtime import Options, kube_container_env, kube_expand, local_devices
+from torchdag.plan import argo_parameter, dollar_escape, node_container
 
 # ---------------------------------------------------------------- end to end
 
@@ -134,8 +130,7 @@ def test_cpu_flag_runs_ascend_nodes_on_cpu(tmp_path):
 
 
 def test_cpu_flag_mapping_of_the_mixed_example():
-    _, tasks = prepare(load_workflow(str(REPO / "examples" / "mixed-gloo.yaml")), Options(cpu=True))
-    npu, gpu, cpu = tasks
+    npu, gpu, cpu = prepare_job(plan_of(REPO / "examples" / "mixed-gloo.yaml"), Options(cpu=True)).tasks
     assert npu.argv[0] == "torchrun" and gpu.argv[0] == "torchrun"
     assert dict(npu.env)["TORCHDAG_DEVICE"] == dict(gpu.env)["TORCHDAG_DEVICE"] == "cpu"
     assert dict(gpu.env)["NCCL_SOCKET_IFNAME"] == "=lo"
@@ -147,7 +142,7 @@ def test_cpu_flag_mapping_of_the_mixed_example():
 
 def test_unmapped_script_is_refused_with_the_flag_to_use():
     with pytest.raises(LocalRunError, match=r"/code/rl/BladeTrain.py does not exist here; map .* --map SRC=DST"):
-        prepare(load_workflow(str(REPO / "examples" / "cluster.yaml")), Options(cpu=True))
+        prepare_job(plan_of(REPO / "examples" / "cluster.yaml"), Options(cpu=True))
 
 
 # ---------------------------------------------------------------- the Workflow bounds a hang by itself
@@ -162,7 +157,8 @@ def run_without_gang_stop(tmp_path, only=(), freeze_at=None):
     """Supervise the job with gang stop off (as Argo: nothing stops the survivors);
     optionally freeze node-1 (SIGSTOP: a hung host, no connection reset) once node-0
     logs freeze_at. Returns (node-0's exit code, seconds from the event to its exit)."""
-    workflow, tasks = prepare(load_workflow(str(bound_values(tmp_path))), Options(only=list(only)))
+    job = prepare_job(plan_of(bound_values(tmp_path)), Options(), only=list(only))
+    workflow, tasks = job.workflow, job.tasks
     event = {}
     lines = []
 
@@ -245,39 +241,43 @@ def test_escaped_strings_survive_expansion_byte_exact(value, env):
     assert kube_expand(dollar_escape(value), env.get) == value
 
 
-def test_argo_substitution_is_single_pass_and_strict_only_where_argo_is():
-    scope = {"inputs.parameters.a": "{{inputs.parameters.b}}", "inputs.parameters.b": "B", "workflow.name": "wf"}
-    assert argo_substitute("x{{inputs.parameters.a}}y", scope) == "x{{inputs.parameters.b}}y"
-    assert argo_substitute("{{ workflow.name }}/{{workflow.name}}", scope) == "wf/wf"
-    for tag in ("inputs.parameters.zz", "workflow.parameters.x", "tasks.a.ip", "pod.name", "item.x"):
-        with pytest.raises(UnresolvedTag, match=r"failed to resolve \{\{" + re.escape(tag) + r"\}\}"):
-            argo_substitute("{{%s}}" % tag, scope)
-    # Argo's validator resolves only those prefixes; the controller leaves the rest as text.
-    assert argo_substitute("{{retries}} {{ foo }} {{workflowx.y}} {{inputs}}", scope) == \
-        "{{retries}} {{ foo }} {{workflowx.y}} {{inputs}}"
+@pytest.mark.parametrize("path", EXAMPLES + sorted((REPO / "tests" / "cases").glob("*.yaml")), ids=lambda p: p.stem)
+def test_each_nodes_words_are_its_templates_with_its_own_arguments(path):
+    """What the runner starts for a node is what its pod gets on a cluster: the shape's
+    template with the node's task arguments in place of the input parameters (Argo's part;
+    tests/e2e/test_kubelet_differential.py holds it against Argo's real controller)."""
+    plan = plan_of(path)
+    for node in plan.nodes:
+        given = {**dict(node.arguments), "restart": "3", "rdzv-host": "true" if node.rank == 0 else "false"}
+
+        def filled(word: str, given: dict = given) -> str:
+            for name, value in given.items():
+                word = word.replace(argo_parameter(name), value)
+            return word
+
+        command, args, env = node_container(plan, node, restart=3)
+        shape = node.shape
+        assert command == [filled(word) for word in shape.command], node.task
+        assert args == [filled(word) for word in shape.args], node.task
+        assert env == [(name, filled(value)) for name, value in shape.env], node.task
 
 
-def test_workflow_variables_and_parameters_are_substituted():
-    doc = rendered_workflow(build(LOCAL))
-    doc["metadata"]["namespace"] = "team"
-    doc["spec"]["arguments"] = {"parameters": [{"name": "steps", "value": "7"}]}
-    task = doc["spec"]["templates"][0]["dag"]["tasks"][1]
-    task["arguments"]["parameters"][2]["value"] = "{{workflow.parameters.steps}}"  # nic, before the NIC mapping
-    container = doc["spec"]["templates"][1]["container"]
-    container["env"].append({"name": "WHERE", "value": "{{workflow.name}}@{{workflow.namespace}}"})
-    container["env"].append({"name": "RANK_TAG", "value": "r$(TORCHDAG_DEVICE){{inputs.parameters.node-rank}}"})
-    container["args"].append("{{workflow.parameters.steps}}")
-    workflow, tasks = prepare(doc, Options(nic=None))
-    assert workflow.startswith("local-smoke-") and len(workflow) == len("local-smoke-") + 5
-    env = dict(tasks[1].env)
-    assert env["WHERE"] == f"{workflow}@team"
-    assert env["RANK_TAG"] == "rcpu1"
-    assert env["GLOO_SOCKET_IFNAME"] == "7"
-    assert tasks[1].argv[-1] == "7"
-    assert "--node_rank=1" in tasks[1].argv and "--node_rank=0" in tasks[0].argv
-    del doc["spec"]["arguments"]
-    with pytest.raises(LocalRunError, match=r"node-0: failed to resolve \{\{workflow.parameters.steps\}\}"):
-        prepare(doc, Options())
+def test_every_node_gets_its_own_rank_nic_and_address():
+    """The master in the middle of the list is rank 0; each node's rank, NIC and address are
+    its own (the three-node case: three NICs, master second in the file)."""
+    plan = plan_of(REPO / "tests" / "cases" / "three-node-master-middle.yaml")
+    job = Job(plan, Options(address=None, nic=None), "three-node-abcde", [])  # as rendered: no local mapping
+    tasks = [job.node_task(node, 0) for node in plan.nodes]
+    assert [t.name for t in tasks] == ["node-0", "node-1", "node-2"]
+    assert [t.devices for t in tasks] == [8, 8, 4] and {t.device for t in tasks} == {"npu"}
+    for task, node in zip(tasks, plan.nodes):
+        env = dict(task.env)
+        assert task.host == node.name and task.rank == node.rank
+        assert f"--node_rank={node.rank}" in task.argv and f"--nproc_per_node={node.devices}" in task.argv
+        assert "--master_addr=10.1.0.2" in task.argv
+        assert env["GLOO_SOCKET_IFNAME"] == node.nic and env["HCCL_SOCKET_IFNAME"] == "=" + node.nic
+        assert env.get("HCCL_IF_IP") == (node.address if node.address[0].isdigit() else None)
+    assert tasks[0].host == next(n["name"] for n in plan.values["nodes"] if n.get("master"))
 
 
 @pytest.mark.torch  # a real torchrun job
@@ -300,8 +300,8 @@ def test_hostile_strings_reach_the_script_byte_exact(tmp_path):
     rc = run.finish(110)
     assert rc == 0, run.text[-3000:]
     assert "workingDir /work dir/with: colon does not exist here" in run.text
-    _, tasks = prepare(load_workflow(str(REPO / "tests" / "cases" / "hostile-strings.yaml")),
-                       Options(maps=[("/code", str(tmp_path / "code"))]))
+    tasks = prepare_job(plan_of(REPO / "tests" / "cases" / "hostile-strings.yaml"),
+                        Options(maps=[("/code", str(tmp_path / "code"))])).tasks
     for rank, task in enumerate(tasks):
         got = json.loads((tmp_path / f"received{rank}").read_text())
         handed = task.argv[task.argv.index(str(script)) + 1:]  # what the container gives torchrun
@@ -340,7 +340,7 @@ def test_loss_column_is_the_number_alone():
     assert outcome_lines(outcome)[1].endswith("last loss: 0.0123")
 
 
-# ---------------------------------------------------------------- loading: errors, several documents
+# ---------------------------------------------------------------- values files, as render.py takes them
 
 
 @pytest.mark.parametrize("kind", ["missing", "folder", "binary"])
@@ -360,41 +360,15 @@ def test_an_unreadable_values_file_reads_as_it_does_from_render_py(tmp_path, cap
         assert captured.err == f"{path}: (top level): no such file\n"
 
 
-def pod_group(api: str, name: str = "local-smoke") -> dict:
-    return {"apiVersion": api, "kind": "PodGroup", "metadata": {"name": name}, "spec": {"minMember": 2}}
-
-
-def test_the_workflow_is_found_among_several_documents_and_the_rest_named(tmp_path, capsys, monkeypatch):
-    workflow = rendered_workflow(build(LOCAL))
-    others = [pod_group("scheduling.volcano.sh/v1beta1"), pod_group("scheduling.x-k8s.io/v1alpha1"),
-              {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "extra"}}]
-    rendered = tmp_path / "workflow.yaml"
-    rendered.write_text("# header comment\n" + yaml.safe_dump_all([others[0], workflow, *others[1:]],
-                                                                  explicit_start=True))
-    assert localrun_main([str(rendered), "--dry-run"]) == 0
+def test_values_files_merge_as_render_py_merges_them(tmp_path, capsys):
+    """`-f` as render.py takes it: later files merged over earlier ones (Helm's -f)."""
+    override = tmp_path / "override.yaml"
+    override.write_text("args: [--type, example, --max-steps, '7']\nport: 29123\n")
+    assert localrun_main([str(LOCAL), "-f", str(override), "--dry-run"]) == 0
     out = capsys.readouterr().out
-    assert ("[localrun] ignored: PodGroup local-smoke (scheduling.volcano.sh/v1beta1: "
-            "gang scheduling is not simulated: every node starts here at once)") in out
-    assert "[localrun] ignored: PodGroup local-smoke (scheduling.x-k8s.io/v1alpha1: gang scheduling" in out
-    assert "[localrun] ignored: ConfigMap extra (v1: not run here)" in out
-    assert "[localrun] node-1: exec torchrun --nnodes=2 --node_rank=1 " in out
-
-    # A values file whose rendering holds several documents (torchdag.pipeline.build's text).
-    import torchdag.pipeline
-
-    real_build = torchdag.pipeline.build
-    monkeypatch.setattr(torchdag.pipeline, "build", lambda path: yaml.safe_dump(others[0]) + "---\n" + real_build(path))
-    loaded = load(LOCAL)
-    assert loaded.rendered_here and loaded.doc["kind"] == "Workflow"
-    assert loaded.ignored == ["ignored: PodGroup local-smoke (scheduling.volcano.sh/v1beta1: gang scheduling is not "
-                              "simulated: every node starts here at once)"]
-
-    # Kubernetes objects without a Workflow, or two Workflows: said, exit 2.
-    for docs, message in (([others[0]], "no argoproj.io Workflow or WorkflowTemplate among its 1 document(s): "
-                                        "PodGroup (scheduling.volcano.sh/v1beta1)"),
-                          ([workflow, workflow], "2 workflows (Workflow local-smoke-*, Workflow local-smoke-*); "
-                                                 "localrun runs one")):
-        rendered.write_text(yaml.safe_dump_all(docs))
-        assert localrun_main([str(rendered)]) == EXIT_INVALID
-        assert capsys.readouterr().err.startswith(f"localrun: {rendered}: {message}")
-
+    assert out.startswith("[localrun] local-smoke-")
+    assert "--master_port=29123" in out and out.rstrip().endswith("--type example --max-steps 7")
+    with pytest.raises(SystemExit) as stopped:
+        localrun_main(["--dry-run"])
+    assert stopped.value.code == EXIT_INVALID
+    assert "the following arguments are required: values" in capsys.readouterr().err

@@ -7,9 +7,7 @@ import io
 import sys
 import time
 
-from testbed.localrun import Outcome, TaskResult, outcome_lines
-from testbed.localrun.prepare import LocalTask
-from testbed.localrun.supervise import Supervisor
+from testbed.localrun import LocalTask, Outcome, Supervisor, TaskResult, outcome_lines
 
 
 def test_a_task_that_never_started_has_no_run_time():
@@ -33,7 +31,8 @@ def test_a_start_that_fails_leaves_the_later_tasks_without_a_run_time(tmp_path):
     """node-0 cannot be executed; the runner stops there, and node-1, never started, shows no
     duration (it used to show time.monotonic(), i.e. how long the machine had been up)."""
     def task(name: str, argv: list[str]) -> LocalTask:
-        return LocalTask(name=name, template="cpu-x1", params={}, argv=argv, env=[], cwd=str(tmp_path), device="cpu")
+        return LocalTask(name=name, host=name, rank=int(name[-1]), devices=1, argv=argv, env=[], cwd=str(tmp_path),
+                         device="cpu")
 
     out = io.StringIO()
     supervisor = Supervisor("wf-x", [task("node-0", [str(tmp_path / "no-such-program")]),

@@ -1,89 +1,65 @@
-"""testbed.localrun: whole-job restarts as Argo's retryStrategy on the DAG does them: a
-stand-in script for speed, and a real torchrun job whose killed worker makes every node
-resume from a checkpoint (issue 11's acceptance)."""
+"""testbed.localrun: whole-job restarts (failurePolicy recovery job) as the Plan has them and
+Argo's retryStrategy on the DAG does them: a stand-in script for speed, and a real torchrun
+job whose killed worker makes every node resume from a checkpoint (issue 11's acceptance)."""
 
 from __future__ import annotations
 
 import os
 import re
 import signal
-import tempfile
 from pathlib import Path
 
 import pytest
 import yaml
 
-from localrun_helpers import LOCAL, Run, free_port, processes_with, rendered_workflow, values_with
-from testbed.localrun import (
-    LocalRunError,
-    Options,
-    Outcome,
-    RetryPolicy,
-    TaskResult,
-    outcome_lines,
-    parse_duration,
-    prepare_job,
-)
+from localrun_helpers import Run, free_port, plan_of, processes_with, values_with
+from testbed.localrun import LocalRunError, Outcome, RetryPolicy, TaskResult, outcome_lines, prepare_job
 from testbed.localrun import main as localrun_main
-from torchdag.pipeline import build
+from testbed.runtime import Options
 
-# ---------------------------------------------------------------- whole-job restarts (retryStrategy)
-
-
-def with_restarts(values_path: Path, limit: int = 2, seconds: int = 1) -> dict:
-    """The Workflow render.py writes for `values_path` plus `failurePolicy.maxRestarts`:
-    the entrypoint DAG's retryStrategy, a `restart` argument of `{{retries}}` on every
-    task, and TORCHDAG_RESTART in every container."""
-    policy = f"failurePolicy: {{maxRestarts: {limit}, backoffSeconds: {seconds}, recovery: job}}\n"
-    text = values_path.read_text(encoding="utf-8") + policy
-    with tempfile.TemporaryDirectory() as folder:
-        path = Path(folder) / values_path.name
-        path.write_text(text, encoding="utf-8")
-        return rendered_workflow(build(path))
+# ---------------------------------------------------------------- whole-job restarts (failurePolicy recovery job)
 
 
-def write_doc(path: Path, doc: dict) -> Path:
-    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+def with_restarts(values_path: Path, limit: int = 2, seconds: int = 1, **changes) -> Path:
+    """The values file beside itself with `failurePolicy.maxRestarts` and recovery job: the Plan's
+    retry (Argo's retryStrategy on the train DAG) and TORCHDAG_RESTART in every container."""
+    values = yaml.safe_load(values_path.read_text(encoding="utf-8"))
+    values.update(changes, failurePolicy={"maxRestarts": limit, "backoffSeconds": seconds, "recovery": "job"})
+    path = values_path.with_name("restarts-" + values_path.name)
+    path.write_text(yaml.safe_dump(values), encoding="utf-8")
     return path
 
 
-def test_retry_strategy_is_read_as_argo_reads_it():
-    assert [parse_duration(v, "x") for v in (10, "10", "10s", "1m30s", "1.5h", "250ms")] == [10, 10, 10, 90, 5400, 0.25]
-    with pytest.raises(LocalRunError, match=r"x: '10 s' is not a duration"):
-        parse_duration("10 s", "x")
-    policy = RetryPolicy("train", limit=3, policy="Always", duration=10, factor=2)
+def test_the_restart_policy_is_the_plans(tmp_path):
+    policy = RetryPolicy(3, duration=10, factor=2)
     assert [policy.delay(n) for n in (1, 2, 3)] == [10, 20, 40]
-    assert policy.refusal(3, 0, 40) is None
-    assert policy.refusal(4, 0, 80) == "no restarts left (limit 3)"
-    assert RetryPolicy("train", 3, "OnError").refusal(1, 0, 0) == "retryPolicy OnError does not retry a failed node"
-    assert RetryPolicy("train", None, duration=5, max_duration=60).refusal(9, 58,
-                                                                           5).startswith("backoff.maxDuration 60 s")
-    assert RetryPolicy("train", 2, duration=1, factor=2, cap=1.5).delay(3) == 1.5
+    assert policy.refusal(3) is None
+    assert policy.refusal(4) == "no restarts left (limit 3)"
+    assert RetryPolicy(2, duration=1, factor=2, cap=1.5).delay(3) == 1.5
 
-    doc = with_restarts(LOCAL, limit=2, seconds=10)
-    job = prepare_job(doc, Options())
-    assert job.retry == RetryPolicy("train", 2, "Always", 10.0, 2)
+    values = with_restarts(values_with(tmp_path), limit=2, seconds=10)
+    job = prepare_job(plan_of(values), Options())
+    assert job.retry == RetryPolicy(2, 10.0, 2)  # local.yaml sets timeouts.workflowDeadline: no cap
     assert [dict(t.env)["TORCHDAG_RESTART"] for t in job.tasks] == ["0", "0"]
     assert [dict(t.env)["TORCHDAG_RESTART"] for t in job.tasks_for(2)] == ["2", "2"]
     assert [t.argv for t in job.tasks_for(2)] == [t.argv for t in job.tasks]
-    # {{retries}} exists only where a retryStrategy puts it; elsewhere Argo passes it on as
-    # literal text (its validator resolves only inputs., workflow., ... tags).
-    del doc["spec"]["templates"][0]["retryStrategy"]
-    assert [dict(t.env)["TORCHDAG_RESTART"] for t in prepare_job(doc, Options()).tasks] == ["{{retries}}"] * 2
-    # Retries this runner cannot reproduce are refused, not run differently.
-    doc = with_restarts(LOCAL)
-    doc["spec"]["templates"][1]["retryStrategy"] = {"limit": "1"}
-    with pytest.raises(LocalRunError, match=r"template 'cpu-x2': retryStrategy on a single pod is not simulated"):
-        prepare_job(doc, Options())
+    uncapped = with_restarts(values_with(tmp_path, timeouts={"workflowDeadline": None}), limit=20, seconds=30)
+    assert prepare_job(plan_of(uncapped), Options()).retry.cap == 3600
+    # No restarts: none planned, and no TORCHDAG_RESTART.
+    plain = prepare_job(plan_of(values_with(tmp_path)), Options())
+    assert plain.retry is None and "TORCHDAG_RESTART" not in dict(plain.tasks[0].env)
+    # Restarts this runner cannot reproduce are refused, not run differently.
+    values = values_with(tmp_path, failurePolicy={"maxRestarts": 1, "recovery": "node"})
+    with pytest.raises(LocalRunError, match=r"failurePolicy.recovery node: a node retried alone .* not simulated"):
+        prepare_job(plan_of(values), Options())
 
 
 def test_dry_run_shows_the_restart_policy_and_what_a_restart_changes(tmp_path, capsys):
-    rendered = write_doc(tmp_path / "workflow.yaml", with_restarts(LOCAL, limit=2, seconds=10))
-    assert localrun_main([str(rendered), "--dry-run"]) == 0
+    values = with_restarts(values_with(tmp_path), limit=2, seconds=10)
+    assert localrun_main([str(values), "--dry-run"]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[0].endswith("(gang stop on; timeout 600 s; restarts up to 2)")
-    assert ("[localrun] retryStrategy on train: restarts up to 2, retryPolicy Always, "
-            "backoff 10 s x2 (waits 10, 20 s)") in out
+    assert "[localrun] failurePolicy (recovery job): restarts up to 2, backoff 10 s x2 (waits 10, 20 s)" in out
     assert "[localrun] node-0: env TORCHDAG_RESTART=0" in out
     assert "[localrun] node-0: on restart 1: env TORCHDAG_RESTART=1" in out
     assert "[localrun] node-1: on restart 1: env TORCHDAG_RESTART=1" in out
@@ -91,55 +67,57 @@ def test_dry_run_shows_the_restart_policy_and_what_a_restart_changes(tmp_path, c
 
 FLAKY = """\
 import os, sys, time
-rank, restart = sys.argv[1], int(os.environ["TORCHDAG_RESTART"])
+rank, restart = os.environ["GROUP_RANK"], int(os.environ["TORCHDAG_RESTART"])
 print(f"rank {rank} restart {restart}", flush=True)
 if restart < FAIL_UNTIL:
     if rank == "1":
         sys.exit(3)
-    time.sleep(60)  # the gang stop ends it
+    time.sleep(600)  # the gang stop ends it
 print(f"loss 0.{restart}5", flush=True)
 """
 
 
 def flaky_job(tmp_path: Path, fail_until: int, limit: int) -> Path:
-    """The rendered local example with its container swapped for a script that fails on
-    node-1 while {{retries}} < fail_until (node-0 waits to be stopped), with restarts."""
+    """The local example on one process per node, its script swapped for one that fails on
+    node-1 while TORCHDAG_RESTART < fail_until (node-0 waits to be stopped), with restarts."""
     (tmp_path / "code").mkdir()
     (tmp_path / "code" / "flaky.py").write_text(FLAKY.replace("FAIL_UNTIL", str(fail_until)))
-    doc = with_restarts(LOCAL, limit=limit, seconds=1)
-    container = doc["spec"]["templates"][1]["container"]
-    container["command"], container["args"] = ["python3", "/code/flaky.py"], ["{{inputs.parameters.node-rank}}"]
-    return write_doc(tmp_path / "workflow.yaml", doc)
+    nodes = [{"name": "node-a", "address": "198.18.0.1", "devices": 1, "master": True},
+             {"name": "node-b", "address": "198.18.0.2", "devices": 1}]
+    values = values_with(tmp_path, script="/code/flaky.py", args=[], nodes=nodes, port=free_port())
+    return with_restarts(values, limit=limit, seconds=1)
 
 
+@pytest.mark.torch  # torchrun runs the stand-in script
 def test_a_failed_node_restarts_every_node_with_backoff_until_an_attempt_succeeds(tmp_path):
     run = Run(str(flaky_job(tmp_path, fail_until=2, limit=2)), "--map", f"/code={tmp_path / 'code'}",
-              "--backoff-scale", "0.1", "--grace", "2", "--timeout", "60")
-    assert run.finish(90) == 0, run.text[-3000:]
+              "--backoff-scale", "0.1", "--grace", "2", "--timeout", "150")
+    assert run.finish(180) == 0, run.text[-3000:]
     lines = run.lines
-    assert "[localrun] restart 1/2 in 0.1 s: node-1 failed (exit 3)" in lines
-    assert "[localrun] restart 1/2: starting 2 task(s) again ({{retries}} = 1)" in lines
-    assert "[localrun] restart 2/2 in 0.2 s: node-1 failed (exit 3)" in lines
+    assert "[localrun] restart 1/2 in 0.1 s: node-1 failed (exit 1)" in lines  # torchrun's status for a failed worker
+    assert "[localrun] restart 1/2: starting 2 task(s) again (TORCHDAG_RESTART=1)" in lines
+    assert "[localrun] restart 2/2 in 0.2 s: node-1 failed (exit 1)" in lines
     for restart in (0, 1, 2):
         assert f"[node-0] rank 0 restart {restart}" in lines and f"[node-1] rank 1 restart {restart}" in lines
     summary = lines[lines.index(next(line for line in lines if line.startswith("[localrun] summary of "))):]
     assert summary[0].endswith(", 3 attempts):")
     assert summary[1].startswith("[localrun] attempt 1 (restart 0, ")
-    assert summary[1].endswith("): node-1 failed first (exit 3 after " + summary[1].split(" after ")[1])
+    assert summary[1].endswith("): node-1 failed first (exit 1 after " + summary[1].split(" after ")[1])
     assert summary[1].endswith("; stopped by the runner: node-0")
-    assert summary[2].split()[1:5] == ["node-0", "stopped", "killed", "by"]
-    assert summary[3].split()[1:5] == ["node-1", "FAILED", "exit", "3"]
-    assert summary[4].startswith("[localrun] attempt 2 (restart 1, ") and ": node-1 failed first (exit 3" in summary[4]
+    assert summary[2].split()[1:3] == ["node-0", "stopped"]
+    assert summary[3].split()[1:5] == ["node-1", "FAILED", "exit", "1"]
+    assert summary[4].startswith("[localrun] attempt 2 (restart 1, ") and ": node-1 failed first (exit 1" in summary[4]
     assert summary[7].startswith("[localrun] attempt 3 (restart 2, ") and summary[7].endswith("): every task exited 0")
     assert summary[8].endswith("last loss: 0.25") and summary[9].endswith("last loss: 0.25")
     assert summary[-1] == "[localrun] result: every task exited 0 on attempt 3 (after 2 restarts)"
 
 
+@pytest.mark.torch  # torchrun runs the stand-in script
 def test_when_restarts_run_out_the_run_fails_naming_the_node(tmp_path):
     run = Run(str(flaky_job(tmp_path, fail_until=9, limit=1)), "--map", f"/code={tmp_path / 'code'}",
-              "--backoff-scale", "0", "--grace", "2", "--timeout", "60")
-    assert run.finish(90) == 1, run.text[-3000:]
-    assert "[localrun] restart 1/1 in 0 s: node-1 failed (exit 3)" in run.lines
+              "--backoff-scale", "0", "--grace", "2", "--timeout", "90")
+    assert run.finish(120) == 1, run.text[-3000:]
+    assert "[localrun] restart 1/1 in 0 s: node-1 failed (exit 1)" in run.lines
     assert not any(line.startswith("[localrun] restart 2/") for line in run.lines)
     assert run.lines[-1] == ("[localrun] result: FAILED (exit 1): node-1 failed on attempt 2 (after 1 restart); "
                              "no restarts left (limit 1)")
@@ -160,7 +138,7 @@ def children_of(pid: int) -> list[int]:
 
 @pytest.mark.torch  # a real torchrun job
 def test_a_killed_worker_restarts_every_node_which_resume_from_the_checkpoint(tmp_path):
-    """Issue 11's acceptance, on the rendered retryStrategy: SIGKILL one training worker
+    """Issue 11's acceptance, on the Plan's restarts: SIGKILL one training worker
     of node-1 after the first checkpoint; both nodes restart and resume from it."""
     checkpoints = tmp_path / "ckpt"
     values = values_with(
@@ -169,7 +147,7 @@ def test_a_killed_worker_restarts_every_node_which_resume_from_the_checkpoint(tm
         nodes=[{"name": "node-a", "address": "198.18.0.1", "devices": 1, "master": True},
                {"name": "node-b", "address": "198.18.0.2", "devices": 1}],
     )
-    rendered = write_doc(tmp_path / "workflow.yaml", with_restarts(Path(values), limit=2, seconds=1))
+    rendered = with_restarts(Path(values), limit=2, seconds=1)
     run = Run(str(rendered), "--port", str(free_port()), "--backoff-scale", "0.5", "--timeout", "150")
     pid_line = run.wait_for(lambda line: line.startswith("[localrun] node-1: pid "), 30)
     agent = int(pid_line.split()[3].rstrip(":"))
@@ -189,17 +167,19 @@ def test_a_killed_worker_restarts_every_node_which_resume_from_the_checkpoint(tm
     assert processes_with(str(rendered)) == [] and processes_with(str(checkpoints)) == []
 
 
+@pytest.mark.torch  # torchrun runs the stand-in script
 @pytest.mark.parametrize("ending", ["interrupt", "timeout"])
 def test_a_stop_during_the_backoff_starts_no_restart(tmp_path, ending):
-    extra = ["--timeout", "3"] if ending == "timeout" else ["--timeout", "60"]
+    # 20 s: torchrun fails node-1 before, and the timeout comes during the 100 s wait
+    extra = ["--timeout", "20"] if ending == "timeout" else ["--timeout", "60"]
     run = Run(str(flaky_job(tmp_path, fail_until=9, limit=2)), "--map", f"/code={tmp_path / 'code'}",
               "--backoff-scale", "100", "--grace", "2", *extra)  # waits 100 s
-    run.wait_for(lambda line: line.startswith("[localrun] restart 1/2 in 100 s: node-1 failed (exit 3)"), 30)
+    run.wait_for(lambda line: line.startswith("[localrun] restart 1/2 in 100 s: node-1 failed (exit 1)"), 60)
     if ending == "interrupt":
         run.proc.send_signal(signal.SIGTERM)
     rc = run.finish(20)
     assert rc == {"interrupt": 130, "timeout": 124}[ending], run.text[-3000:]
-    said = {"interrupt": "no restart: the runner got SIGTERM", "timeout": "no restart: timed out after 3 s"}[ending]
+    said = {"interrupt": "no restart: the runner got SIGTERM", "timeout": "no restart: timed out after 20 s"}[ending]
     assert f"[localrun] {said}" in run.lines
     assert not any(line.startswith("[localrun] restart 1/2: starting") for line in run.lines)
     waited = {"interrupt": "interrupted", "timeout": "timed out"}[ending]
@@ -213,7 +193,7 @@ def test_one_attempt_without_a_restart_left_says_why():
     attempt = Outcome("wf-x", [TaskResult("node-0", pid=1, returncode=0, started=0, ended=3),
                                TaskResult("node-1", pid=2, returncode=1, started=0, ended=2)],
                       first_failure="node-1", elapsed=3)
-    job = JobOutcome("wf-x", [attempt], RetryPolicy("train", 0, "Always"), elapsed=3,
+    job = JobOutcome("wf-x", [attempt], RetryPolicy(0), elapsed=3,
                      no_restart="no restarts left (limit 0)")
     lines = outcome_lines(job)
     assert lines[0] == "summary of wf-x (3.0 s):" and lines[3] == "node-1 failed first (exit 1 after 2.0 s)"

@@ -80,12 +80,28 @@ def container_env(doc: dict) -> dict[str, dict[str, str]]:
             for t in doc["spec"]["templates"] if "container" in t}
 
 
-def localrun(workflow_file: Path, *options: str, timeout: float) -> subprocess.CompletedProcess:
-    """The local runner under .venv-ascend's Python: its bin directory (torchrun, python3)
-    comes first on every node's PATH."""
-    return subprocess.run([str(ASCEND_PY), "-m", "testbed.localrun", str(workflow_file), *options,
-                           "--timeout", str(timeout)],
-                          cwd=REPO, env=ENV, capture_output=True, text=True, timeout=timeout + 60)
+def localrun(values_file: Path, cpu: bool = False, drop: str | None = None, timeout: float = 90) -> tuple[int, str]:
+    """make smoke's runner with .venv-ascend's bin directory (torchrun, python3) first on every
+    node's PATH (the runner itself needs the dev venv: the pipeline validates with jsonschema);
+    `drop`: an env name taken out of every node's env. Returns (exit status, every line)."""
+    from testbed.localrun import JobRunner, outcome_lines, prepare_job
+    from testbed.runtime import Options
+    from torchdag.pipeline import run
+
+    job = prepare_job(run(values_file).plan, Options(cpu=cpu))
+    lines = [f"{task.name}: {note}" for task in job.tasks for note in task.notes]
+    for task in job.tasks:
+        task.env = [(name, value) for name, value in task.env if name != drop]
+
+    class Sink:
+        def write(self, text):
+            lines.append(text)
+
+        def flush(self):
+            pass
+
+    outcome = JobRunner(job, out=Sink(), timeout=timeout, grace=1, base_env=ENV, bin_dir=str(ASCEND_PY.parent)).run()
+    return outcome.code, "\n".join(lines + outcome_lines(outcome))
 
 
 def test_the_wheel_breaks_import_torch_without_autoload_off():
@@ -125,23 +141,16 @@ def test_rendered_cpu_job_runs_beside_torch_npu(tmp_path):
     envs = {name: env for name, env in container_env(doc).items() if "TORCHDAG_BACKEND" in env}
     assert envs and all(env.get(AUTOLOAD) == "0" for env in envs.values()), envs
 
-    run = localrun(rendered, timeout=90)
-    out = run.stdout + run.stderr
-    assert run.returncode == 0, tail(out)
+    code, out = localrun(tmp_path / "cpu.values.yaml", timeout=90)
+    assert code == 0, tail(out)
     assert "[trainer] done: 5 steps" in out, tail(out)
     assert "result: every task exited 0" in out
     assert CRASH not in out
 
-    # The counterfactual: the same Workflow without the variable. torchrun itself dies
+    # The counterfactual: the same nodes without the variable. torchrun itself dies
     # importing torch (before any trainer code), so the run fails within seconds.
-    for template in doc["spec"]["templates"]:
-        if "container" in template:
-            template["container"]["env"] = [e for e in template["container"]["env"] if e["name"] != AUTOLOAD]
-    stripped = tmp_path / "cpu-no-autoload.workflow.yaml"
-    stripped.write_text(yaml.safe_dump(doc, sort_keys=False), encoding="utf-8")
-    broken = localrun(stripped, "--grace", "1", timeout=30)
-    out = broken.stdout + broken.stderr
-    assert broken.returncode == 1, tail(out)
+    code, out = localrun(tmp_path / "cpu.values.yaml", drop=AUTOLOAD, timeout=30)
+    assert code == 1, tail(out)
     assert CRASH in out, tail(out)
     assert "from torch.distributed.run import main" in out  # the launcher, not the trainer
     assert "[trainer]" not in out
@@ -175,11 +184,10 @@ def test_rendered_mixed_ascend_cpu_job_runs_on_cpu(tmp_path):
     cpu = next(env for env in envs.values() if env.get("TORCHDAG_DEVICE") == "cpu")
     assert AUTOLOAD not in npu and cpu.get(AUTOLOAD) == "0", envs
 
-    run = localrun(rendered, "--cpu", timeout=90)
-    out = run.stdout + run.stderr
+    code, out = localrun(tmp_path / "mixed.values.yaml", cpu=True, timeout=90)
     hint = ("; the NPU node died importing torch: `--cpu` must set TORCH_DEVICE_BACKEND_AUTOLOAD=0 on the nodes it "
-            "moves onto CPU (testbed/localrun/mapping.py onto_cpu)") if CRASH in out else ""
-    assert run.returncode == 0, tail(out) + hint
+            "moves onto CPU (testbed/runtime/mapping.py onto_cpu)") if CRASH in out else ""
+    assert code == 0, tail(out) + hint
     assert "node-0: TORCHDAG_DEVICE npu -> cpu (--cpu)" in out
     assert "preflight --device=npu -> --device=cpu" in out
     assert "[trainer] done: 5 steps" in out, tail(out)

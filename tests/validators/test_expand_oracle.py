@@ -1,7 +1,7 @@
 """Kubernetes' `$(VAR)` expansion as Kubernetes itself does it, against torchdag's port.
 
 What a container receives is judged in test_render.py, test_chart.py and the local runner
-by `testbed.localrun.expand`. Here that port is held against the Go code in
+by `testbed.runtime.expand`. Here that port is held against the Go code in
 k8s.io/kubernetes (third_party/forked/golang/expansion, run by `.tools/bin/kubeexpand` in
 the kubelet's order) on a generated corpus and on every container torchdag renders.
 """
@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from argo_helpers import task_pods
 from chart_helpers import VALUES_FILES, render_py_workflow
-from testbed.localrun.expand import kube_command, kube_container_env
+from testbed.runtime import kube_command, kube_container_env
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.go  # the Go-built tools under .tools/bin

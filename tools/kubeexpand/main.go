@@ -1,6 +1,6 @@
 // kubeexpand applies Kubernetes' own `$(VAR)` expansion, from k8s.io/kubernetes at the
 // pinned release, to containers read from standard input: the oracle the tests hold
-// torchdag's Python port (testbed/localrun/expand.py) against.
+// torchdag's Python port (testbed/runtime/expand.py) against.
 //
 // Input: a JSON list of {"env": [[name, value], ...], "command": [...], "args": [...]}.
 // Output: a JSON list of {"env": [[name, expanded], ...], "command": [...], "args": [...]}.

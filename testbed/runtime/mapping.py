@@ -1,4 +1,6 @@
-"""Prepare phase, part 2: what changes so a node's container runs on this machine.
+"""What changes so a container's processes run on this machine, shared by `make smoke`
+(testbed.localrun, from the Plan) and the process kubelet (from a pod), so both start the
+same processes.
 
 Every change is returned as a note and printed: node addresses -> 127.0.0.1, NICs -> lo,
 image paths -> this checkout (`--map SRC=DST`, then `/opt/torchdag=<checkout>`), the
@@ -10,6 +12,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
@@ -22,6 +25,33 @@ ENDPOINT_FLAGS = ("--rdzv-endpoint", "--rdzv_endpoint")  # HOST:PORT of a dynami
 PORT_FLAGS = ("--master_port", "--master-port")
 DEVICE_FILES = {"cuda": ("/dev", re.compile(r"^nvidia\d+$"), "NVIDIA GPU"),
                 "npu": ("/dev", re.compile(r"^davinci\d+$"), "Ascend NPU")}
+# What a pod would not inherit from this shell: a stray GLOO_SOCKET_IFNAME or RANK here
+# would silently change what the container's env means.
+_NOT_INHERITED = re.compile(
+    r"^(TORCHDAG_|GLOO_|NCCL_|HCCL_|TP_SOCKET_|TORCHELASTIC_|PET_|MASTER_ADDR$|MASTER_PORT$|RANK$|"
+    r"WORLD_SIZE$|LOCAL_RANK$|LOCAL_WORLD_SIZE$|GROUP_RANK$|ROLE_RANK$|NODE_RANK$|ASCEND_|CUDA_VISIBLE_DEVICES$|TORCH_DEVICE_BACKEND_AUTOLOAD$)"
+)
+
+
+@dataclass
+class Options:
+    """How a container is made to run here (localize)."""
+
+    maps: list[tuple[str, str]] = field(default_factory=list)  # user --map, before DEFAULT_MAPS
+    address: str | None = "127.0.0.1"  # None: keep the rendered addresses (netns tests)
+    nic: str | None = "lo"  # None: keep the rendered NIC names
+    port: int | None = None  # rendezvous port override
+    cpu: bool = False  # run GPU/NPU nodes on CPU instead of refusing them
+    checkout_map: bool = True  # DEFAULT_MAPS last; False: a pod has only what its image and Workflow give it
+
+
+def process_env(base: dict[str, str], bin_dir: str, env: list[tuple[str, str]]) -> dict[str, str]:
+    """A container's process environment here: this shell's, less what a pod would not
+    inherit, bin_dir (the venv: torchrun, python) first on PATH, then the container's env."""
+    out = {k: v for k, v in base.items() if not _NOT_INHERITED.match(k)}
+    out["PATH"] = os.pathsep.join([bin_dir] + [p for p in base.get("PATH", "").split(os.pathsep) if p and p != bin_dir])
+    out.update(env)
+    return out
 
 
 def holds_files(path: str) -> bool:
@@ -80,6 +110,7 @@ def map_nic_list(value: str, nic: str) -> str:
 
 
 def device_of(env: dict[str, str], container: dict) -> str:
+    """What a pod's container computes on (the process kubelet has only the pod to go by)."""
     if env.get("TORCHDAG_DEVICE") in ("cpu", "cuda", "npu"):
         return env["TORCHDAG_DEVICE"]
     # A Workflow torchdag did not write: the resource limit names the device (catalogue).
@@ -91,14 +122,6 @@ def device_of(env: dict[str, str], container: dict) -> str:
         if entry["resource"] and entry["resource"] in limits:
             return entry["device"]
     return "npu" if any(k.startswith("huawei.com/") for k in limits) else "cpu"
-
-
-def nproc(argv: list[str]) -> int:
-    for word in argv:
-        for flag in ("--nproc_per_node=", "--nproc-per-node="):
-            if word.startswith(flag) and word[len(flag):].isdigit():
-                return int(word[len(flag):])
-    return 1
 
 
 def local_devices(kind: str) -> int:
@@ -163,44 +186,13 @@ def onto_this_host(launcher: list[str], env_map: dict[str, str], notes: list[str
             env_map["MASTER_PORT"] = str(port)
 
 
-def device_problems(tasks) -> list[str]:
-    """GPU/NPU nodes this machine cannot hold (all nodes share it, so their devices add up)."""
-    problems = []
-    for kind in ("cuda", "npu"):
-        needing = [t for t in tasks if t.device == kind]
-        need = sum(nproc(t.argv) for t in needing)
-        have = local_devices(kind) if needing else 0
-        if needing and have < need:
-            label = DEVICE_FILES[kind][2]
-            problems.append(
-                f"{', '.join(t.name for t in needing)}: need{'s' if len(needing) == 1 else ''} {need} {label}(s) "
-                f"and this machine has {have} ({DEVICE_FILES[kind][0]}/{DEVICE_FILES[kind][1].pattern.strip('^$')}); "
-                f"run with --cpu to train those nodes on CPU instead"
-            )
-    return problems
-
-
-def missing_scripts(tasks) -> list[str]:
-    """Python scripts a node would start (script, preflight) that do not exist once mapped."""
-    missing: dict[str, list[str]] = {}
-    for task in tasks:
-        for word in task.argv:
-            path = word.partition("=")[2] if word.startswith("-") else word
-            if path.startswith("/") and path.endswith(".py") and not os.path.exists(path):
-                missing.setdefault(path, []).append(task.name)
-    return [f"{', '.join(names)}: {path} does not exist here; map the image path into this machine with --map SRC=DST"
-            for path, names in missing.items()]
-
-
 def localize(command: list[str], args: list[str], env_list: list[tuple[str, str]], working_dir: str | None,
-             container: dict, options, notes: list[str]) -> tuple[list[str], list[tuple[str, str]], str, str]:
+             device: str, options: Options, notes: list[str]) -> tuple[list[str], list[tuple[str, str]], str, str]:
     """One container's command, args and env, already through Kubernetes' `$(VAR)`
-    expansion, made to run on this machine: `--cpu`'s stand-ins, addresses, NICs and port
-    (onto_this_host), image paths and the working directory. Shared by `make smoke` and the
-    process kubelet, so both start the same processes. `options` carries maps, address,
-    nic, port and cpu (localrun's Options). Returns (argv, env, cwd, device); notes grow."""
+    expansion, made to run on this machine: `--cpu`'s stand-ins for a `device` (cpu, cuda,
+    npu) node, addresses, NICs and port (onto_this_host), image paths and the working
+    directory. Returns (argv, env, cwd, device); notes grow."""
     env_map = dict(env_list)
-    device = device_of(env_map, container)
     if device != "cpu" and options.cpu:
         command = onto_cpu(list(command), env_map, device, notes)
         device = "cpu"

@@ -1,46 +1,11 @@
-"""The two substitutions a container's strings go through before they reach the process.
-
-1. Argo (controller side): `{{inputs.parameters.X}}`, `{{workflow.name}}`, ... are replaced
-   once, left to right; a replaced value is never scanned again (fasttemplate). A tag under
-   one of the prefixes Argo's validator resolves (`inputs.`, `workflow.`, ...) that is not in
-   scope fails the workflow at submission ("failed to resolve {{...}}"); any other unknown
-   tag (`{{retries}}` outside a retrying template, `{{foo}}`) reaches the pod as literal text:
-   the controller substitutes pods with unresolved tags allowed (v4.0.5
-   workflow/common/util.go `SubstituteParams`; prefixes from common.go
-   `GlobalVarValidWorkflowVariablePrefix`).
-2. Kubernetes (kubelet side): `$(NAME)` in env values, command and args; a port of
-   third_party/forked/golang/expansion/expand.go (k8s.io/kubernetes v1.37).
-"""
+"""Kubernetes' `$(NAME)` expansion of env values, command and args (kubelet side): a port
+of third_party/forked/golang/expansion/expand.go (k8s.io/kubernetes v1.37). The process
+kubelet expands a pod's container with it; `make smoke` the Plan's words, which render.py
+escapes for it (torchdag.yamlout.dollar_escape)."""
 
 from __future__ import annotations
 
-import re
 from typing import Callable, Iterable, Mapping
-
-ARGO_TAG = re.compile(r"\{\{(.*?)\}\}", re.DOTALL)
-
-
-# Tags under these prefixes must resolve (Argo's validator); others may stay as text.
-VALIDATED_PREFIXES = ("item.", "steps.", "inputs.", "outputs.", "pod.", "workflow.", "tasks.")
-
-
-class UnresolvedTag(Exception):
-    """A `{{...}}` tag Argo would refuse: the workflow would fail before any pod starts."""
-
-
-def argo_substitute(text: str, scope: Mapping[str, str]) -> str:
-    """Replace every `{{ tag }}` from scope (Argo trims spaces inside the braces); an
-    unknown tag outside VALIDATED_PREFIXES is kept as written, as Argo keeps it."""
-
-    def replace(match: re.Match) -> str:
-        tag = match.group(1).strip()
-        if tag in scope:
-            return scope[tag]
-        if tag.startswith(VALIDATED_PREFIXES):
-            raise UnresolvedTag(f"failed to resolve {{{{{tag}}}}}")
-        return match.group(0)
-
-    return ARGO_TAG.sub(replace, text)
 
 
 def kube_expand(value: str, lookup: Callable[[str], str | None]) -> str:
