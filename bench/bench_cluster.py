@@ -200,7 +200,7 @@ def training_pods(layout: Layout, name: str) -> dict[str, tuple[str, str]]:
 def running_in_status(wf: dict) -> int:
     """Training pods Argo's status holds as Running (pod nodes with a node-rank input): the
     status catches up with the pods a few seconds late, at 1,024 pods a minute."""
-    return sum(1 for node in ((wf.get("status") or {}).get("nodes") or {}).values()
+    return sum(1 for node in status_nodes(wf.get("status") or {}).values()
                if node.get("type") == "Pod" and node.get("phase") == "Running"
                and any(p.get("name") == "node-rank" for p in (node.get("inputs") or {}).get("parameters") or []))
 
