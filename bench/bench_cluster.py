@@ -198,8 +198,10 @@ def training_pods(layout: Layout, name: str) -> dict[str, tuple[str, str]]:
 
 
 def first_attempt_pods(layout: Layout, name: str) -> list[str]:
-    """Training pods of the DAG's first attempt (Argo's node names `NAME(0).…`)."""
-    text = kubectl(layout, "get", "pods", "-l", f"workflows.argoproj.io/workflow={name},torchdag.io/node-rank", "-o",
+    """Pods of the DAG's first attempt (Argo's node names `NAME(0).…`): the training pods and
+    the scheduling watch, which a real job's watch ends once every pod is placed but a
+    --no-exec one holds Running, and the attempt (so the restart) waits for it."""
+    text = kubectl(layout, "get", "pods", "-l", f"workflows.argoproj.io/workflow={name}", "-o",
                    "jsonpath={range .items[*]}{.metadata.name} "
                    "{.metadata.annotations.workflows\\.argoproj\\.io/node-name}{\"\\n\"}{end}")
     return [line.split()[0] for line in text.splitlines()
