@@ -64,6 +64,8 @@ def _release_host() -> None:
         if _host_users == 0 and _host_lock is not None:
             _host_lock.close()  # releases the lock
             _host_lock = None
+
+
 MOUNTS = 'while [ "$1" != -- ]; do mount --bind "$1" "$2" || exit 126; shift 2; done; '
 MOUNT_SCRIPT = MOUNTS + 'shift; exec "$@"'
 # The same when a bind covers the program itself (Argo mounts an emptyDir on /tmp in its own
