@@ -250,7 +250,7 @@ $(FAST_STAMP): requirements-fast.txt requirements-render.txt
 	$(FAST_VENV)/bin/python -m pip install $(PIP_FLAGS) -r requirements-fast.txt
 	touch $@
 
-test-fast: $(FAST_STAMP) $(HELM) ## every render, schema, chart and front-door test: no torch, no Go (a few minutes)
+test-fast: $(FAST_STAMP) $(HELM) ## every render, schema, chart and values test: no torch, no Go (a few minutes)
 	HELM=$(abspath $(HELM)) $(FAST_VENV)/bin/python -m pytest -n 2 -m "$(FAST_MARKERS)" tests
 
 test: lint $(VENV_STAMP) $(HELM) $(ASCEND_STAMP) $(ARGOLINT) $(ARGOLINT_V3) $(KUBEEXPAND) $(PODSECURITY) $(COREDNS) $(CLUSTER_BINS) $(WORKFLOW_CONTROLLER) $(ARGOEXEC) $(KUBECTL) $(POSTGRES) ## lint, then install everything and run the whole test suite

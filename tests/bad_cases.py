@@ -1,6 +1,6 @@
 """The refused cases, as data: invalid values files shared by render.py's tests and the
 chart's rejection-parity test (BAD_CASES), and those of the addresses, RBAC, ports,
-timeouts and restarts that must fit (FIT_CASES, tests/front_door/test_front_door_fit.py).
+timeouts and restarts that must fit (FIT_CASES, tests/values/test_fit_cases.py).
 
 Each case is a whole values file, the field path the error must name, and a fragment of
 render.py's message (the chart only has to name the field). fit_values moves a drawn valid

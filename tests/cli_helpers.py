@@ -1,4 +1,4 @@
-"""Shared by the front-door tests: a values file in a temporary folder, render.py as a
+"""Shared by the values tests (tests/values/): a values file in a temporary folder, render.py as a
 process, and the one-line error it must print."""
 
 from __future__ import annotations

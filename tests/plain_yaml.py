@@ -1,6 +1,6 @@
 """YAML dumpers that write strings plain (unquoted), as people write values files, for the
 tests that check render.py and Helm read such files alike (tests/chart/test_chart_parity.py,
-tests/front_door/test_front_door_reading.py)."""
+tests/values/test_helm_reading.py)."""
 
 from __future__ import annotations
 

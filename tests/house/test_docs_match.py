@@ -54,7 +54,7 @@ def fast_tier_times() -> dict[str, str]:
                                           (REPO / "README.md").read_text(encoding="utf-8"))[1],
         "Makefile": re.search(r"^test-fast:.*## .*\(([^)]+)\)$", (REPO / "Makefile").read_text(encoding="utf-8"),
                               re.MULTILINE)[1],
-        "docs/architecture.md": re.search(r"front-door test, in ([^:.]+)[:.]",
+        "docs/architecture.md": re.search(r"values test, in ([^:.]+)[:.]",
                                           (REPO / "docs" / "architecture.md").read_text(encoding="utf-8"))[1],
     }
     return texts

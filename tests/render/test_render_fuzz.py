@@ -1,4 +1,4 @@
-"""Properties of render.py's front door, over generated input:
+"""Properties of how render.py reads and refuses values, over generated input:
 
 - whatever the values hold, render.py renders a valid Workflow or reports ValuesError
   lines, never a traceback from deeper in the pipeline (mangled values, as data);

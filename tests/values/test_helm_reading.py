@@ -1,4 +1,4 @@
-"""Issue 18, item 6: render.py and Helm read a values file the same way. For each way a
+"""render.py and Helm read a values file the same way. For each way a
 file can be written (keys YAML reads as booleans or numbers, a plain `<<`, several YAML
 documents, explicit tags, directives, plain scalars of every kind) both give the same
 verdict, and where both accept, the same Workflow spec. A refusal is one line naming the

@@ -1,4 +1,4 @@
-"""Explicit YAML tags (issue 18, class 1): read as Helm's go-yaml reads them, a tagged value
+"""Explicit YAML tags: read as Helm's go-yaml reads them, a tagged value
 not of its tag's kind refused in one line naming the field (Helm refuses the file), and the
 tags Helm would drop silently refused naming the field. Never a traceback."""
 

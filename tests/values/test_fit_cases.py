@@ -1,4 +1,4 @@
-"""Issue 18 (the front door, round 3), items 8-11: what both renderers refuse, one line
+"""What both renderers refuse, one line
 naming the field (render.py) or an error at the field (helm), and what both accept the same
 way. The cases are FIT_CASES in tests/bad_cases.py."""
 

@@ -1,4 +1,4 @@
-"""render.py's front door: what the loader refuses before building anything (alias bombs,
+"""Reading a values file: what the loader refuses before building anything (alias bombs,
 deep nesting, self-containing aliases), numbers (not finite, beyond 2^53, as Helm reads
 them), where `-o` may write, a stdout that cannot take the output, `prog` in messages, and
 `--summary`. Where Helm is involved, both tools are run on the same file.

@@ -1,4 +1,4 @@
-"""Issue 18's third front-door pass: what sits beside the refused cases of tests/bad_cases.py
+"""What sits beside the refused cases of tests/bad_cases.py
 (each refused there by both renderers, naming the field) and must still be accepted, the same
 way by both: near misses of each rule."""
 

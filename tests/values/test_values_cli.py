@@ -1,4 +1,4 @@
-"""Issue 18, item 14: the command line does what a user expects. `check -o` is refused with
+"""The command line does what a user expects. `check -o` is refused with
 a line saying why; `-` reads standard input; several values files (`FILE -f FILE`, Helm's
 habit) are merged as Helm merges them, and each problem is reported in the file its field
 came from; the help texts name every option; the schema's key rules say what is allowed."""
