@@ -7,6 +7,7 @@ into a new venv, with its dependencies (Jinja2, PyYAML, jsonschema) from the pac
 
 from __future__ import annotations
 
+import ast
 import os
 import re
 import subprocess
@@ -104,6 +105,36 @@ def test_wheel_carries_schema_and_templates(wheel):
     assert "torchdag/__main__.py" in names and "torchdag/cli.py" in names
     assert not [n for n in names if n.startswith(("tests/", "chart/", "trainer/", "testbed/")) or "__pycache__" in n]
     assert not [n for n in names if "torch" in n and not n.startswith("torchdag")]
+
+
+WHEEL_CODE_LINES = 4_500  # issue 25: the product without its test bed
+
+
+def code_lines(source: str) -> int:
+    """Lines of Python code, as line-of-code counters count them: not blank, not only a comment,
+    not part of a docstring (a module's, a class's or a function's first string)."""
+    docstrings: set[int] = set()
+    for node in ast.walk(ast.parse(source)):
+        body = getattr(node, "body", None)
+        if isinstance(body, list) and body and isinstance(body[0], ast.Expr) \
+                and isinstance(body[0].value, ast.Constant) and isinstance(body[0].value.value, str):
+            docstrings.update(range(body[0].lineno, body[0].end_lineno + 1))
+    return sum(1 for number, line in enumerate(source.splitlines(), 1)
+               if line.strip() and not line.lstrip().startswith("#") and number not in docstrings)
+
+
+def test_code_lines_skip_blanks_comments_and_docstrings():
+    source = '"""Module.\n\nMore."""\n\n# why\nimport os  # os\n\n\ndef f():\n    """Doc."""\n    return 1\n'
+    assert code_lines(source) == 3  # import, def, return
+
+
+def test_wheel_holds_the_product_within_its_line_budget(wheel):
+    """The wheel is the product (render, check, the Plan, the catalogue, status/logs/diagnose and the
+    helpers a Workflow carries): no test bed, and at most WHEEL_CODE_LINES lines of code."""
+    with zipfile.ZipFile(wheel) as zf:
+        sources = {name: zf.read(name).decode() for name in zf.namelist() if name.endswith(".py")}
+    assert not [name for name in sources if re.search(r"/(testbed|localrun|kubelet|cluster)/", name)]
+    assert sum(code_lines(text) for text in sources.values()) <= WHEEL_CODE_LINES
 
 
 @pytest.fixture(scope="module")
