@@ -14,6 +14,7 @@ from e2e_helpers import checkpoint_nodes, pinned_host, rank_of
 
 from testbed.cluster import procs
 from testbed.cluster.layout import Layout
+from trainer import checkpoint
 
 pytestmark = [pytest.mark.go, pytest.mark.torch, pytest.mark.e2e]
 
@@ -55,18 +56,18 @@ def test_a_deleted_pod_restarts_the_whole_job_which_resumes_from_its_checkpoint(
     nodes = [{"address": "198.18.8.1", "nic": "eth8", "devices": 1, "master": True},
              {"address": "198.18.8.2", "nic": "eth8", "devices": 1}]
     metrics = job.dir / "metrics.json"
-    values = job.values(nodes, ["--type", "example", "--max-steps", "3000", "--log-every", "500", "--hidden", "400",
-                                "--checkpoint-dir", str(job.dir / "ckpt"), "--checkpoint-every", "100",
+    # A few seconds of training past the first checkpoint, as in test_e2e_elastic.py: enough for
+    # the deletion to meet a running job, and the second attempt only trains what is left.
+    steps, every = 600, 200
+    values = job.values(nodes, ["--type", "example", "--max-steps", str(steps), "--log-every", "100",
+                                "--checkpoint-dir", str(job.dir / "ckpt"), "--checkpoint-every", str(every),
                                 "--metrics-file", str(metrics)],
                         extra="failurePolicy: {maxRestarts: 2, backoffSeconds: 1, recovery: job}\n")
     job.start(values)
     name = job.submit(job.render(values))
-
-    def first_checkpoint():
-        pods = {rank_of(p): p for p in job.pods(name)}
-        return pods if 0 in pods and "[trainer] checkpoint " in job.log(pods[0]) else None
-
-    pods = job.cluster.wait_for("the first checkpoint", first_checkpoint, timeout=240, every=0.5)
+    job.cluster.wait_for("the first checkpoint", lambda: checkpoint.list_checkpoints(str(job.dir / "ckpt")),
+                         timeout=240, every=0.2)
+    pods = {rank_of(p): p for p in job.pods(name)}
     assert job.workflow(name)["status"]["phase"] == "Running", "the job ended before a pod could be deleted"
     job.cluster.kubectl("delete", "pod", "-n", job.namespace, pods[1]["metadata"]["name"], "--wait=false")
     wf = job.wait_finished(name, timeout=600)
@@ -74,10 +75,10 @@ def test_a_deleted_pod_restarts_the_whole_job_which_resumes_from_its_checkpoint(
     attempts = {n["name"] for n in wf["status"]["nodes"].values() if n["type"] == "DAG"}
     assert attempts == {f"{name}(0)", f"{name}(1)"}, attempts
     result = json.loads(metrics.read_text())
-    assert result["restart"] == 1 and result["steps"] == 3000, result
-    # From the newest checkpoint: every 100 steps, or the step the ranks agreed on when the
+    assert result["restart"] == 1 and result["steps"] == steps, result
+    # From the newest checkpoint: every 200 steps, or the step the ranks agreed on when the
     # deleted pod's SIGTERM reached them (the trainer saves on a stop signal).
-    assert result["resumed_from_step"] >= 100, result
+    assert result["resumed_from_step"] >= every, result
     second = [p for p in job.pods(name) if rank_of(p) == 0 and f"{name}(1)." in
               p["metadata"]["annotations"]["workflows.argoproj.io/node-name"]]
     assert second and re.search(r"^\[trainer\] resumed from checkpoint .* at step \d+$", job.log(second[0]), re.M)
