@@ -7,7 +7,15 @@ One attempt (no retryStrategy, or the first attempt succeeded):
       node-1  ok       exit 0                 6.9 s  last loss: -
     result: every task exited 0
 
-Several attempts: one block per attempt, headed by what ended it, then the result.
+Several attempts: one block per attempt, headed by what ended it, then the result. A node
+restarted alone (recovery node) has a row per process, named as Argo names a retried
+task's pods, `node-1(0)`, `node-1(1)`:
+
+    summary of local-smoke-k3x9q (41.0 s, 1 node restart):
+      node-0     ok       exit 0                41.0 s  last loss: 0.062957
+      node-1(0)  FAILED   killed by SIGKILL      9.1 s  last loss: -
+      node-1(1)  ok       exit 0                30.2 s  last loss: -
+    result: every task exited 0 (after 1 node restart: node-1)
 """
 
 from __future__ import annotations
@@ -51,9 +59,11 @@ def _status(r) -> str:
 
 
 def _rows(outcome, indent: str = "  ") -> list[str]:
-    width = max([len(r.name) for r in outcome.results] + [4])
-    return [f"{indent}{r.name:<{width}}  {_status(r):<7}  {r.exit_text():<18}  {seconds_column(r.duration)}  "
-            f"last loss: {r.last_loss or '-'}" for r in outcome.results]
+    again = {r.name for r in outcome.node_restarts}
+    names = [f"{r.name}({r.restart})" if r.name in again else r.name for r in outcome.results]
+    width = max([len(name) for name in names] + [4])
+    return [f"{indent}{name:<{width}}  {_status(r):<7}  {r.exit_text():<18}  {seconds_column(r.duration)}  "
+            f"last loss: {r.last_loss or '-'}" for name, r in zip(names, outcome.results)]
 
 
 def diagnosis(outcome):
@@ -79,7 +89,7 @@ def _failure(outcome, found=None) -> str | None:
     name = found.first.pod.name if found is not None else outcome.first_failure
     stopped = [r.name for r in outcome.results if r.stopped_by_runner and r.name != name]
     tail = f"; stopped by the runner: {', '.join(stopped)}" if stopped else ""
-    first = next(r for r in outcome.results if r.name == name)
+    first = outcome.result(name)
     return f"{name} failed first ({first.exit_text()}{seconds_after(first.duration)}){tail}"
 
 
@@ -92,8 +102,16 @@ def _ending(outcome) -> list[str]:
     return lines
 
 
+def _node_restarts(outcome) -> str:
+    """`1 node restart: node-1` (recovery node), or nothing."""
+    again = outcome.node_restarts
+    names = ", ".join(dict.fromkeys(r.name for r in again))
+    return f"{len(again)} node restart{'s' if len(again) != 1 else ''}: {names}" if again else ""
+
+
 def _single(outcome) -> list[str]:
-    lines = [f"summary of {outcome.workflow} ({outcome.elapsed:.1f} s):"] + _rows(outcome)
+    count = f", {_node_restarts(outcome).split(':')[0]}" if outcome.node_restarts else ""
+    lines = [f"summary of {outcome.workflow} ({outcome.elapsed:.1f} s{count}):"] + _rows(outcome)
     found = diagnosis(outcome) if outcome.first_failure else None
     failure = _failure(outcome, found)
     if failure:
@@ -101,7 +119,16 @@ def _single(outcome) -> list[str]:
     if found is not None:
         lines += [f"cause: {found.first.cause} [{found.first.signature}]", f"fix: {found.first.fix}"]
     lines += _ending(outcome)
-    lines.append("result: " + ("every task exited 0" if outcome.code == EXIT_OK else f"FAILED (exit {outcome.code})"))
+    if outcome.left_behind:
+        lines.append(f"left behind: {', '.join(outcome.left_behind)} (elastic members: the job went on without them)")
+    again = _node_restarts(outcome)
+    if outcome.code == EXIT_OK:
+        lines.append(f"result: every task {'else ' if outcome.left_behind else ''}exited 0"
+                     + (f" (after {again})" if again else ""))
+    elif again and outcome.first_failure:
+        lines.append(f"result: FAILED (exit {outcome.code}): {outcome.first_failure} failed for good, after {again}")
+    else:
+        lines.append(f"result: FAILED (exit {outcome.code})")
     return lines
 
 
@@ -153,7 +180,7 @@ def outcome_lines(outcome) -> list[str]:
     if len(attempts) > 1 or outcome.timed_out or outcome.interrupted:
         return _job(outcome)
     lines = _single(attempts[0])
-    lines[0] = f"summary of {outcome.workflow} ({outcome.elapsed:.1f} s):"
+    lines[0] = lines[0].replace(f"({attempts[0].elapsed:.1f} s", f"({outcome.elapsed:.1f} s", 1)
     if outcome.no_restart and outcome.code != EXIT_OK:
         lines[-1] += f"; no restart: {outcome.no_restart}"
     return lines

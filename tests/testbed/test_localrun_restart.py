@@ -1,9 +1,13 @@
-"""testbed.localrun: whole-job restarts (failurePolicy recovery job) as the Plan has them and
-Argo's retryStrategy on the DAG does them: a stand-in script for speed, and a real torchrun
-job whose killed worker makes every node resume from a checkpoint (issue 11's acceptance)."""
+"""testbed.localrun: restarts as the Plan has them. Whole-job restarts (failurePolicy recovery
+job), as Argo's retryStrategy on the DAG does them: a stand-in script for speed, and a real
+torchrun job whose killed worker makes every node resume from a checkpoint (issue 11's
+acceptance). Node recovery (recovery node), as each node task's own retryStrategy does it
+(tests/e2e/test_e2e_elastic.py on the real controller): a killed node restarts alone while the
+others keep their processes, and its restarts run out into the job's failure."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -13,7 +17,7 @@ import pytest
 import yaml
 
 from localrun_helpers import Run, free_port, plan_of, processes_with, values_with
-from testbed.localrun import LocalRunError, Outcome, RetryPolicy, TaskResult, outcome_lines, prepare_job
+from testbed.localrun import Outcome, RetryPolicy, TaskResult, outcome_lines, prepare_job
 from testbed.localrun import main as localrun_main
 from testbed.runtime import Options
 
@@ -48,10 +52,14 @@ def test_the_restart_policy_is_the_plans(tmp_path):
     # No restarts: none planned, and no TORCHDAG_RESTART.
     plain = prepare_job(plan_of(values_with(tmp_path)), Options())
     assert plain.retry is None and "TORCHDAG_RESTART" not in dict(plain.tasks[0].env)
-    # Restarts this runner cannot reproduce are refused, not run differently.
-    values = values_with(tmp_path, failurePolicy={"maxRestarts": 1, "recovery": "node"})
-    with pytest.raises(LocalRunError, match=r"failurePolicy.recovery node: a node retried alone .* not simulated"):
-        prepare_job(plan_of(values), Options())
+    # Node recovery: each node's own restarts, one node's task made again for its restart n.
+    values = values_with(tmp_path, failurePolicy={"maxRestarts": 3, "backoffSeconds": 5, "recovery": "node"},
+                         elastic={"minNodes": 1})
+    job = prepare_job(plan_of(values), Options())
+    assert job.retry == RetryPolicy(3, 5.0, 2, recovery="node") and job.node_recovery
+    again = job.task_again("node-1", 2)
+    assert (again.name, again.restart, dict(again.env)["TORCHDAG_RESTART"]) == ("node-1", 2, "2")
+    assert [t.elastic for t in job.tasks] == [False, True]  # elastic.minNodes 1: node-1 may be left behind
 
 
 def test_dry_run_shows_the_restart_policy_and_what_a_restart_changes(tmp_path, capsys):
@@ -62,6 +70,19 @@ def test_dry_run_shows_the_restart_policy_and_what_a_restart_changes(tmp_path, c
     assert "[localrun] failurePolicy (recovery job): restarts up to 2, backoff 10 s x2 (waits 10, 20 s)" in out
     assert "[localrun] node-0: env TORCHDAG_RESTART=0" in out
     assert "[localrun] node-0: on restart 1: env TORCHDAG_RESTART=1" in out
+    assert "[localrun] node-1: on restart 1: env TORCHDAG_RESTART=1" in out
+
+
+def test_dry_run_shows_node_recovery_and_its_elastic_members(tmp_path, capsys):
+    values = values_with(tmp_path, failurePolicy={"maxRestarts": 2, "backoffSeconds": 10, "recovery": "node"},
+                         elastic={"minNodes": 1})
+    assert localrun_main([str(values), "--dry-run"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].endswith("(gang stop on; timeout 600 s; restarts up to 2 per node)")
+    assert ("[localrun] failurePolicy (recovery node): restarts up to 2 per node, backoff 10 s x2 "
+            "(waits 10, 20 s)") in out
+    assert ("[localrun] elastic.minNodes 1: node-1 may be left behind once out of restarts, and the others go on "
+            "without them (torchrun --nnodes=1:2)") in out
     assert "[localrun] node-1: on restart 1: env TORCHDAG_RESTART=1" in out
 
 
@@ -199,3 +220,96 @@ def test_one_attempt_without_a_restart_left_says_why():
     assert lines[0] == "summary of wf-x (3.0 s):" and lines[3] == "node-1 failed first (exit 1 after 2.0 s)"
     assert lines[-1] == "result: FAILED (exit 1); no restart: no restarts left (limit 0)"
     assert job.code == 1
+
+
+# ---------------------------------------------------------------- node recovery (failurePolicy recovery node)
+
+NODE_STEPS, NODE_EVERY = 600, 100
+ROUND = re.compile(r"^\[(node-\d)\] \[trainer\] node \d+: rank \d+ of \d+, worker restart (\d+), resumed from step ")
+
+
+def pids_started(lines: list[str], task: str) -> list[int]:
+    """The main pids of a task's processes, from the runner's `node-N: pid P:` lines."""
+    return [int(line.split()[3].rstrip(":")) for line in lines if line.startswith(f"[localrun] {task}: pid ")]
+
+
+def alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.torch  # a real torchrun job
+def test_a_killed_node_restarts_alone_and_the_others_keep_their_processes(tmp_path):
+    """The local twin of tests/e2e/test_e2e_elastic.py: node-1's torchrun (its pod) is
+    SIGKILLed after the first checkpoint; node-1 alone starts again after the Plan's backoff,
+    node-0's agent keeps running and restarts its worker into the next rendezvous round, and
+    the job ends at its step count, resumed from the checkpoint."""
+    metrics = tmp_path / "metrics.json"
+    values = values_with(
+        tmp_path, args=["--type", "example", "--max-steps", str(NODE_STEPS), "--log-every", "100",
+                        "--checkpoint-dir", str(tmp_path / "ckpt"), "--checkpoint-every", str(NODE_EVERY),
+                        "--metrics-file", str(metrics)],
+        nodes=[{"name": "node-a", "address": "198.18.0.1", "devices": 1, "master": True},
+               {"name": "node-b", "address": "198.18.0.2", "devices": 1}],
+        failurePolicy={"maxRestarts": 2, "backoffSeconds": 1, "recovery": "node"}, port=free_port())
+    run = Run(str(values), "--timeout", "240")
+    run.wait_for(lambda line: re.match(r"^\[node-\d\] \[trainer\] checkpoint /", line) is not None, 120)
+    survivor, (killed,) = pids_started(run.lines, "node-0"), pids_started(run.lines, "node-1")
+    os.kill(killed, signal.SIGKILL)
+    run.wait_for(lambda line: line.startswith("[localrun] restart 1/2 of node-1: starting"), 30)
+    assert survivor and all(alive(pid) for pid in survivor), "node-0 stopped when node-1 was lost"
+    rc = run.finish(200)
+    text, lines = run.text, run.lines
+    assert rc == 0, text[-4000:]
+    assert ("[localrun] restart 1/2 of node-1 in 1 s: node-1 failed (killed by SIGKILL); the others keep running"
+            in lines), text[-4000:]
+    assert "[localrun] restart 1/2 of node-1: starting node-1 again (TORCHDAG_RESTART=1)" in lines
+    assert pids_started(lines, "node-0") == survivor and len(pids_started(lines, "node-1")) == 2
+    restarted = {(node, int(n)) for line in lines if (m := ROUND.match(line)) for node, n in [m.groups()]}
+    assert ("node-0", 1) in restarted, text[-4000:]  # the survivor's agent restarted its worker
+    done = json.loads(metrics.read_text())
+    assert done["steps"] == NODE_STEPS and done["resumed_from_step"] >= NODE_EVERY and done["world_size"] == 2, done
+    summary = lines[lines.index(next(line for line in lines if line.startswith("[localrun] summary of "))):]
+    assert summary[0].endswith(", 1 node restart):"), summary
+    assert [row.split()[1:5] for row in summary[1:4]] == [["node-0", "ok", "exit", "0"],
+                                                          ["node-1(0)", "FAILED", "killed", "by"],
+                                                          ["node-1(1)", "ok", "exit", "0"]], summary
+    assert summary[-1] == "[localrun] result: every task exited 0 (after 1 node restart: node-1)"
+    assert processes_with(str(values)) == []
+
+
+SLEEPER = """\
+import os, time
+print(f"restart {os.environ['TORCHDAG_RESTART']}", flush=True)
+time.sleep(600)  # until the runner stops it
+"""
+
+
+@pytest.mark.torch  # torchrun runs the stand-in script
+def test_a_node_out_of_restarts_fails_the_job_and_stops_the_others(tmp_path):
+    """node-1's torchrun is killed, restarted alone once (the limit), killed again: the job fails."""
+    (tmp_path / "code").mkdir()
+    (tmp_path / "code" / "sleeper.py").write_text(SLEEPER)
+    nodes = [{"name": "node-a", "address": "198.18.0.1", "devices": 1, "master": True},
+             {"name": "node-b", "address": "198.18.0.2", "devices": 1}]
+    values = values_with(tmp_path, script="/code/sleeper.py", args=[], nodes=nodes, port=free_port(),
+                         failurePolicy={"maxRestarts": 1, "backoffSeconds": 1, "recovery": "node"})
+    run = Run(str(values), "--map", f"/code={tmp_path / 'code'}", "--backoff-scale", "0", "--grace", "2",
+              "--timeout", "150")
+    for restart in (0, 1):
+        run.wait_for(f"[node-1] restart {restart}".__eq__, 60)  # the worker runs: the rendezvous is done
+        os.kill(pids_started(run.lines, "node-1")[-1], signal.SIGKILL)
+    rc = run.finish(60)
+    lines = run.lines
+    assert rc == 1, run.text[-3000:]
+    assert ("[localrun] restart 1/1 of node-1 in 0 s: node-1 failed (killed by SIGKILL); the others keep running"
+            in lines)
+    assert not any(line.startswith("[localrun] restart 2/") for line in lines)
+    assert len(pids_started(lines, "node-0")) == 1 and len(pids_started(lines, "node-1")) == 2
+    assert "[localrun] node-1 failed first (killed by SIGKILL after " in run.text
+    assert "[localrun] stopping node-0 (node-1 failed)" in lines
+    assert lines[-1] == ("[localrun] result: FAILED (exit 1): node-1 failed for good, after 1 node restart: node-1; "
+                         "no restart: no restarts left (limit 1)")
+    assert processes_with(str(tmp_path / "code")) == []
