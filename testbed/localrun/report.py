@@ -20,7 +20,9 @@ task's pods, `node-1(0)`, `node-1(1)`:
 
 from __future__ import annotations
 
+import datetime
 import re
+import time
 
 from .errors import EXIT_OK
 
@@ -71,13 +73,15 @@ def diagnosis(outcome):
     the first exit: the survivors of a dead rank exit within the same second), or None."""
     from torchdag.diagnose import core  # the one module that decides, for the cluster and here
 
-    views = []
+    views, now = [], (datetime.datetime.now(datetime.timezone.utc), time.monotonic())
     for r in outcome.results:
         rank = r.name.rsplit("-", 1)[-1]
         code = None if r.returncode is None else (128 - r.returncode if r.returncode < 0 else r.returncode)
+        ended = now[0] - datetime.timedelta(seconds=now[1] - r.ended) if r.ended is not None else None
         views.append(core.PodView(name=r.name, rank=int(rank) if rank.isdigit() else None, host=r.name,
                                   phase="Running" if code is None else "Succeeded" if code == 0 else "Failed",
-                                  exit_code=code, log=[core.LogLine(when, text) for when, text in r.tail]))
+                                  exit_code=code, finished=ended, attempt=str(r.restart),
+                                  log=[core.LogLine(when, text) for when, text in r.tail]))
     found = core.diagnose({"status": {"phase": "Failed"}}, views)
     return found if found.status == 1 else None
 

@@ -240,22 +240,28 @@ def alive(pid: int) -> bool:
         return False
 
 
+def trained_until_a_checkpoint(tmp_path: Path, limit: int, min_nodes: int = 0, *options: str) -> tuple[Path, Run]:
+    """The example trainer on two nodes of one process under node recovery, run until its first checkpoint."""
+    values = values_with(
+        tmp_path, args=["--type", "example", "--max-steps", str(NODE_STEPS), "--log-every", "100",
+                        "--checkpoint-dir", str(tmp_path / "ckpt"), "--checkpoint-every", str(NODE_EVERY),
+                        "--metrics-file", str(tmp_path / "metrics.json")],
+        nodes=[{"name": "node-a", "address": "198.18.0.1", "devices": 1, "master": True},
+               {"name": "node-b", "address": "198.18.0.2", "devices": 1}],
+        failurePolicy={"maxRestarts": limit, "backoffSeconds": 1, "recovery": "node"},
+        elastic={"minNodes": min_nodes, "rejoinSeconds": 2}, port=free_port())
+    run = Run(str(values), "--timeout", "240", *options)
+    run.wait_for(lambda line: re.match(r"^\[node-\d\] \[trainer\] checkpoint /", line) is not None, 120)
+    return values, run
+
+
 @pytest.mark.torch  # a real torchrun job
 def test_a_killed_node_restarts_alone_and_the_others_keep_their_processes(tmp_path):
     """The local twin of tests/e2e/test_e2e_elastic.py: node-1's torchrun (its pod) is
     SIGKILLed after the first checkpoint; node-1 alone starts again after the Plan's backoff,
     node-0's agent keeps running and restarts its worker into the next rendezvous round, and
     the job ends at its step count, resumed from the checkpoint."""
-    metrics = tmp_path / "metrics.json"
-    values = values_with(
-        tmp_path, args=["--type", "example", "--max-steps", str(NODE_STEPS), "--log-every", "100",
-                        "--checkpoint-dir", str(tmp_path / "ckpt"), "--checkpoint-every", str(NODE_EVERY),
-                        "--metrics-file", str(metrics)],
-        nodes=[{"name": "node-a", "address": "198.18.0.1", "devices": 1, "master": True},
-               {"name": "node-b", "address": "198.18.0.2", "devices": 1}],
-        failurePolicy={"maxRestarts": 2, "backoffSeconds": 1, "recovery": "node"}, port=free_port())
-    run = Run(str(values), "--timeout", "240")
-    run.wait_for(lambda line: re.match(r"^\[node-\d\] \[trainer\] checkpoint /", line) is not None, 120)
+    values, run = trained_until_a_checkpoint(tmp_path, limit=2)
     survivor, (killed,) = pids_started(run.lines, "node-0"), pids_started(run.lines, "node-1")
     os.kill(killed, signal.SIGKILL)
     run.wait_for(lambda line: line.startswith("[localrun] restart 1/2 of node-1: starting"), 30)
@@ -269,7 +275,7 @@ def test_a_killed_node_restarts_alone_and_the_others_keep_their_processes(tmp_pa
     assert pids_started(lines, "node-0") == survivor and len(pids_started(lines, "node-1")) == 2
     restarted = {(node, int(n)) for line in lines if (m := ROUND.match(line)) for node, n in [m.groups()]}
     assert ("node-0", 1) in restarted, text[-4000:]  # the survivor's agent restarted its worker
-    done = json.loads(metrics.read_text())
+    done = json.loads((tmp_path / "metrics.json").read_text())
     assert done["steps"] == NODE_STEPS and done["resumed_from_step"] >= NODE_EVERY and done["world_size"] == 2, done
     summary = lines[lines.index(next(line for line in lines if line.startswith("[localrun] summary of "))):]
     assert summary[0].endswith(", 1 node restart):"), summary
@@ -280,36 +286,35 @@ def test_a_killed_node_restarts_alone_and_the_others_keep_their_processes(tmp_pa
     assert processes_with(str(values)) == []
 
 
-SLEEPER = """\
-import os, time
-print(f"restart {os.environ['TORCHDAG_RESTART']}", flush=True)
-time.sleep(600)  # until the runner stops it
-"""
-
-
-@pytest.mark.torch  # torchrun runs the stand-in script
-def test_a_node_out_of_restarts_fails_the_job_and_stops_the_others(tmp_path):
-    """node-1's torchrun is killed, restarted alone once (the limit), killed again: the job fails."""
-    (tmp_path / "code").mkdir()
-    (tmp_path / "code" / "sleeper.py").write_text(SLEEPER)
-    nodes = [{"name": "node-a", "address": "198.18.0.1", "devices": 1, "master": True},
-             {"name": "node-b", "address": "198.18.0.2", "devices": 1}]
-    values = values_with(tmp_path, script="/code/sleeper.py", args=[], nodes=nodes, port=free_port(),
-                         failurePolicy={"maxRestarts": 1, "backoffSeconds": 1, "recovery": "node"})
-    run = Run(str(values), "--map", f"/code={tmp_path / 'code'}", "--backoff-scale", "0", "--grace", "2",
-              "--timeout", "150")
-    for restart in (0, 1):
-        run.wait_for(f"[node-1] restart {restart}".__eq__, 60)  # the worker runs: the rendezvous is done
-        os.kill(pids_started(run.lines, "node-1")[-1], signal.SIGKILL)
-    rc = run.finish(60)
+@pytest.mark.torch  # a real torchrun job
+@pytest.mark.parametrize("elastic", [False, True], ids=["member", "elastic-member"])
+def test_a_node_out_of_restarts_fails_the_job_unless_it_is_an_elastic_member(tmp_path, elastic):
+    """node-1's torchrun is killed after the first checkpoint, restarted alone once (the
+    limit), and killed again before it joins: the job fails and node-0 is stopped; with
+    elastic.minNodes 1 node-1 is left behind and node-0 trains on alone to the step count."""
+    values, run = trained_until_a_checkpoint(tmp_path, 1, 1 if elastic else 0, "--backoff-scale", "0", "--grace", "2")
+    os.kill(pids_started(run.lines, "node-1")[0], signal.SIGKILL)
+    run.wait_for(lambda line: line.startswith("[localrun] node-1: pid "), 30)
+    os.kill(pids_started(run.lines, "node-1")[1], signal.SIGKILL)
+    rc = run.finish(200)
     lines = run.lines
-    assert rc == 1, run.text[-3000:]
+    assert rc == (0 if elastic else 1), run.text[-4000:]
     assert ("[localrun] restart 1/1 of node-1 in 0 s: node-1 failed (killed by SIGKILL); the others keep running"
             in lines)
     assert not any(line.startswith("[localrun] restart 2/") for line in lines)
     assert len(pids_started(lines, "node-0")) == 1 and len(pids_started(lines, "node-1")) == 2
-    assert "[localrun] node-1 failed first (killed by SIGKILL after " in run.text
-    assert "[localrun] stopping node-0 (node-1 failed)" in lines
-    assert lines[-1] == ("[localrun] result: FAILED (exit 1): node-1 failed for good, after 1 node restart: node-1; "
-                         "no restart: no restarts left (limit 1)")
-    assert processes_with(str(tmp_path / "code")) == []
+    rows = lines[lines.index(next(line for line in lines if line.startswith("[localrun] summary of "))) + 1:][:3]
+    assert [row.split()[1:3] for row in rows] == [["node-0", "ok" if elastic else "stopped"],
+                                                  ["node-1(0)", "FAILED"], ["node-1(1)", "FAILED"]], rows
+    if elastic:
+        assert ("[localrun] node-1 left behind (killed by SIGKILL): an elastic member, the job goes on without it"
+                in lines)
+        done = json.loads((tmp_path / "metrics.json").read_text())
+        assert done["steps"] == NODE_STEPS and done["world_size"] == 1, done  # node-0 went on alone
+        assert lines[-1] == "[localrun] result: every task else exited 0 (after 1 node restart: node-1)"
+    else:
+        assert "[localrun] node-1 failed first (killed by SIGKILL after " in run.text
+        assert "[localrun] stopping node-0 (node-1 failed)" in lines
+        assert lines[-1] == ("[localrun] result: FAILED (exit 1): node-1 failed for good, after 1 node restart: "
+                             "node-1; no restart: no restarts left (limit 1)")
+    assert processes_with(str(values)) == []
