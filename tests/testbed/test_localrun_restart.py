@@ -7,18 +7,22 @@ others keep their processes, and its restarts run out into the job's failure."""
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import re
 import signal
+import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import yaml
 
 from localrun_helpers import Run, free_port, plan_of, processes_with, values_with
-from testbed.localrun import Outcome, RetryPolicy, TaskResult, outcome_lines, prepare_job
+from testbed.localrun import LocalTask, Outcome, RetryPolicy, Supervisor, TaskResult, outcome_lines, prepare_job
 from testbed.localrun import main as localrun_main
+from testbed.localrun.restart import NodeRetries
 from testbed.runtime import Options
 
 # ---------------------------------------------------------------- whole-job restarts (failurePolicy recovery job)
@@ -238,6 +242,46 @@ def alive(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
     except OSError:
         return False
+
+
+NODE_1 = """\
+import os, pathlib, sys
+restart = int(os.environ["TORCHDAG_RESTART"])
+pathlib.Path(f"started-{restart}").touch()
+sys.exit(0 if restart >= FAILS else 3)
+"""
+NODE_0 = "import pathlib, time\nwhile not pathlib.Path('started-LAST').exists(): time.sleep(0.05)"
+
+
+@pytest.mark.parametrize(("fails", "limit", "elastic", "code"), [(1, 2, False, 0), (9, 1, False, 1), (9, 1, True, 0)],
+                         ids=["restarted", "out-of-restarts", "left-behind"])
+def test_one_node_starts_again_alone_while_the_other_keeps_running(tmp_path, fails, limit, elastic, code):
+    """The Supervisor under node recovery, with plain processes for torchrun: node-1 fails
+    `fails` times; node-0 runs until node-1's last process has started (or is stopped)."""
+    tried = min(fails, limit)  # node-1's last restart
+    last = tried if code == 0 else "never"
+
+    def task(name: str, restart: int = 0) -> LocalTask:
+        script = NODE_1.replace("FAILS", str(fails)) if name == "node-1" else NODE_0.replace("LAST", str(last))
+        return LocalTask(name, name, int(name[-1]), 1, [sys.executable, "-c", script],
+                         [("TORCHDAG_RESTART", str(restart))], str(tmp_path), "cpu", restart=restart,
+                         elastic=elastic and name == "node-1")
+
+    job = SimpleNamespace(retry=RetryPolicy(limit, 0.1, 2, recovery="node"), task_again=task)
+    retries, out = NodeRetries(job, backoff_scale=1.0), io.StringIO()
+    outcome = Supervisor("wf-x", [task("node-0"), task("node-1")], out=out, timeout=60, grace=1.0,
+                         bin_dir=str(tmp_path), node_retries=retries).run()
+    said = out.getvalue().splitlines()
+    assert outcome.code == code, said
+    assert [(r.name, r.restart) for r in outcome.results] == [("node-0", 0)] + [("node-1", n) for n in range(tried + 1)]
+    assert "[localrun] restart 1/%d of node-1 in 0.1 s: node-1 failed (exit 3); the others keep running" % limit in said
+    assert sum(line.startswith("[localrun] node-0: pid ") for line in said) == 1, said
+    node_0 = outcome.results[0]
+    assert (node_0.returncode, node_0.stopped_by_runner) == ((0, None) if code == 0 else (-15, "node-1 failed")), said
+    assert outcome.left_behind == (["node-1"] if elastic else [])
+    assert retries.no_restart == (None if fails <= limit else f"no restarts left (limit {limit})")
+    rows = [line.split()[:2] for line in outcome_lines(outcome)[1:3 + tried]]
+    assert rows[1:] == [[f"node-1({n})", "FAILED" if n < fails else "ok"] for n in range(tried + 1)], rows
 
 
 def trained_until_a_checkpoint(tmp_path: Path, limit: int, min_nodes: int = 0, *options: str) -> tuple[Path, Run]:
