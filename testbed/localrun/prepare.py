@@ -68,10 +68,9 @@ class RetryPolicy:
     recovery: str = "job"  # job | node
 
     @classmethod
-    def from_plan(cls, plan: Plan) -> RetryPolicy | None:
+    def from_plan(cls, retry: dict | None, recovery: str = "job") -> RetryPolicy | None:
         """From the Plan's retry or node_retry (torchdag.plan.retry_strategy), whose durations
         are whole seconds, `"10s"`."""
-        retry, recovery = (plan.retry, "job") if plan.retry else (plan.node_retry, "node")
         if retry is None:
             return None
         backoff = retry["backoff"]
@@ -249,7 +248,8 @@ def prepare_job(plan: Plan, options: Options, *, only: list[str] | tuple = (),
     if unknown:
         raise LocalRunError(f"--only {', '.join(unknown)}: no such task (tasks: {', '.join(names)})", EXIT_INVALID)
     deadline = plan.values["timeouts"]["workflowDeadline"]
-    job = Job(plan, options, run_name(plan), [], RetryPolicy.from_plan(plan),
+    retry = RetryPolicy.from_plan(plan.retry) or RetryPolicy.from_plan(plan.node_retry, "node")
+    job = Job(plan, options, run_name(plan), [], retry,
               float(deadline) if deadline else None, cluster_notes(plan), list(only), exec_prefix)
     job.tasks = [job.node_task(node, 0) for node in job.nodes_to_run()]
     problems = ([] if options.cpu else device_problems(job.tasks)) + missing_scripts(job.tasks)

@@ -127,7 +127,8 @@ def _single(outcome) -> list[str]:
         lines.append(f"left behind: {', '.join(outcome.left_behind)} (elastic members: the job went on without them)")
     again = _node_restarts(outcome)
     if outcome.code == EXIT_OK:
-        lines.append(f"result: every task {'else ' if outcome.left_behind else ''}exited 0"
+        but = f"but {', '.join(outcome.left_behind)} " if outcome.left_behind else ""
+        lines.append(f"result: every task {but}exited 0"
                      + (f" (after {again})" if again else ""))
     elif again and outcome.first_failure:
         lines.append(f"result: FAILED (exit {outcome.code}): {outcome.first_failure} failed for good, after {again}")

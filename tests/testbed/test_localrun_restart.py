@@ -253,9 +253,12 @@ sys.exit(0 if restart >= FAILS else 3)
 NODE_0 = "import pathlib, time\nwhile not pathlib.Path('started-LAST').exists(): time.sleep(0.05)"
 
 
-@pytest.mark.parametrize(("fails", "limit", "elastic", "code"), [(1, 2, False, 0), (9, 1, False, 1), (9, 1, True, 0)],
-                         ids=["restarted", "out-of-restarts", "left-behind"])
-def test_one_node_starts_again_alone_while_the_other_keeps_running(tmp_path, fails, limit, elastic, code):
+@pytest.mark.parametrize(("fails", "limit", "elastic", "code", "result"), [
+    (1, 2, False, 0, "result: every task exited 0 (after AGAIN)"),
+    (9, 1, False, 1, "result: FAILED (exit 1): node-1 failed for good, after AGAIN"),
+    (9, 1, True, 0, "result: every task but node-1 exited 0 (after AGAIN)"),
+], ids=["restarted", "out-of-restarts", "left-behind"])
+def test_one_node_starts_again_alone_while_the_other_keeps_running(tmp_path, fails, limit, elastic, code, result):
     """The Supervisor under node recovery, with plain processes for torchrun: node-1 fails
     `fails` times; node-0 runs until node-1's last process has started (or is stopped)."""
     tried = min(fails, limit)  # node-1's last restart
@@ -280,8 +283,11 @@ def test_one_node_starts_again_alone_while_the_other_keeps_running(tmp_path, fai
     assert (node_0.returncode, node_0.stopped_by_runner) == ((0, None) if code == 0 else (-15, "node-1 failed")), said
     assert outcome.left_behind == (["node-1"] if elastic else [])
     assert retries.no_restart == (None if fails <= limit else f"no restarts left (limit {limit})")
-    rows = [line.split()[:2] for line in outcome_lines(outcome)[1:3 + tried]]
+    lines = outcome_lines(outcome)
+    rows = [line.split()[:2] for line in lines[1:3 + tried]]
     assert rows[1:] == [[f"node-1({n})", "FAILED" if n < fails else "ok"] for n in range(tried + 1)], rows
+    again = f"{tried} node restart{'s' if tried > 1 else ''}: node-1"
+    assert lines[-1] == result.replace("AGAIN", again), lines
 
 
 def trained_until_a_checkpoint(tmp_path: Path, limit: int, min_nodes: int = 0, *options: str) -> tuple[Path, Run]:
@@ -355,7 +361,7 @@ def test_a_node_out_of_restarts_fails_the_job_unless_it_is_an_elastic_member(tmp
                 in lines)
         done = json.loads((tmp_path / "metrics.json").read_text())
         assert done["steps"] == NODE_STEPS and done["world_size"] == 1, done  # node-0 went on alone
-        assert lines[-1] == "[localrun] result: every task else exited 0 (after 1 node restart: node-1)"
+        assert lines[-1] == "[localrun] result: every task but node-1 exited 0 (after 1 node restart: node-1)"
     else:
         assert "[localrun] node-1 failed first (killed by SIGKILL after " in run.text
         assert "[localrun] stopping node-0 (node-1 failed)" in lines
