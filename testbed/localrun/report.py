@@ -77,10 +77,11 @@ def diagnosis(outcome):
     for r in outcome.results:
         rank = r.name.rsplit("-", 1)[-1]
         code = None if r.returncode is None else (128 - r.returncode if r.returncode < 0 else r.returncode)
+        exit_code = None if r.stopped_by_runner else code  # the runner's stop is no cause (a SIGKILL after --grace)
         ended = now[0] - datetime.timedelta(seconds=now[1] - r.ended) if r.ended is not None else None
         views.append(core.PodView(name=r.name, rank=int(rank) if rank.isdigit() else None, host=r.name,
                                   phase="Running" if code is None else "Succeeded" if code == 0 else "Failed",
-                                  exit_code=code, finished=ended, attempt=str(r.restart),
+                                  exit_code=exit_code, finished=ended, attempt=str(r.restart),
                                   log=[core.LogLine(when, text) for when, text in r.tail]))
     found = core.diagnose({"status": {"phase": "Failed"}}, views)
     return found if found.status == 1 else None
