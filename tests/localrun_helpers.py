@@ -60,6 +60,7 @@ class Run:
             except queue.Empty:
                 continue
             if line is None:
+                self._queue.put(None)  # the end, for finish() to read
                 break
             self.lines.append(line)
             if predicate(line):

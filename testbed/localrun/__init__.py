@@ -15,12 +15,14 @@ Kubernetes' `$(VAR)` expansion, with these local mappings (all printed; testbed.
   (repeatable, first match wins), then the built-in `/opt/torchdag=<this checkout>`;
 - `torchrun` / `python3` -> this Python's (its bin directory first on PATH).
 
-Restarts with failurePolicy.recovery job restart every node after a failure, as Argo would
-(TORCHDAG_RESTART = the restart number, backoff waited). Ignored locally: node affinity (every
+Restarts as Argo makes them (TORCHDAG_RESTART = the restart number, backoff waited):
+failurePolicy.recovery job restarts every node after a failure; recovery node restarts the
+failed node alone while the others keep running, and leaves an elastic member
+(elastic.minNodes) behind once it is out of restarts. Ignored locally: node affinity (every
 "node" runs here), image, resources, volumes, gang scheduling. See docs/smoke.md. Exit status:
-0 every node exited 0; 1 a node failed (on the last attempt); 2 invalid values or usage; 3
-refused (cannot run it faithfully here); 124 --timeout or timeouts.workflowDeadline passed;
-130 interrupted.
+0 every node exited 0 (or was left behind); 1 a node failed for good; 2 invalid values or
+usage; 3 refused (cannot run it faithfully here); 124 --timeout or timeouts.workflowDeadline
+passed; 130 interrupted.
 
 Phases, one module each: prepare (prepare.py: the Plan's nodes as local tasks, the restart
 policy), supervise (supervise.py for one attempt, restart.py for restarts), report

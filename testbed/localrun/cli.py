@@ -99,12 +99,12 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     said = "gang stop on" if args.gang_stop else "no gang stop"
     said += f"; timeout {f'{timeout:g} s' if timeout else 'none'}"
     if job.retry is not None:
-        said += f"; restarts up to {job.retry.limit}"
+        said += f"; restarts up to {job.retry.limit}{' per node' if job.node_recovery else ''}"
     out.write(f"[localrun] {job.workflow}: {len(job.tasks)} node(s) of {rendered.source}'s plan, run here ({said})\n")
     for note in job.ignored:
         out.write(f"[localrun] {note}\n")
-    if job.retry is not None:
-        out.write(f"[localrun] {job.retry.describe(args.backoff_scale)}\n")
+    for line in job.policy_lines(args.backoff_scale):
+        out.write(f"[localrun] {line}\n")
     for task in job.tasks:
         for note in task.notes:
             out.write(f"[localrun] {task.name}: {note}\n")

@@ -5,8 +5,9 @@ Each node's command, args and env are the Plan's own for that node
 (torchdag.plan.node_container: its rank, NIC and address, the restart number), through
 Kubernetes' `$(VAR)` expansion and the local mappings (testbed.runtime). What a cluster
 does besides (the gang, the scheduling watch, the pod network's Service, the helpers'
-ConfigMap) is named in one `ignored:` note each. A Job prepares its tasks again for
-restart n (TORCHDAG_RESTART = n).
+ConfigMap, the host check) is named in one `ignored:` note each. A Job prepares its tasks
+again for restart n (TORCHDAG_RESTART = n): every node's (recovery job), or one node's
+(recovery node).
 """
 
 from __future__ import annotations
@@ -43,6 +44,8 @@ class LocalTask:
     device: str  # cpu | cuda | npu, what the node computes on
     notes: list[str] = field(default_factory=list)  # what was changed for running here
     prefix: list[str] = field(default_factory=list)
+    restart: int = 0  # TORCHDAG_RESTART: the job's restart, or under node recovery the node's own
+    elastic: bool = False  # an elastic member (elastic.minNodes): the job goes on without it
 
     def process_env(self, base: dict[str, str], bin_dir: str) -> dict[str, str]:
         return process_env(base, bin_dir, self.env)
@@ -54,22 +57,26 @@ def _seconds_text(seconds: float) -> str:
 
 @dataclass(frozen=True)
 class RetryPolicy:
-    """Whole-job restarts: up to `limit`, the wait before restart n `duration * factor^(n-1)`,
-    at most `cap` (Argo's backoff formula, which the Plan's retryStrategy asks for)."""
+    """Restarts of the whole job (recovery job) or of each node on its own (recovery node): up
+    to `limit`, the wait before restart n `duration * factor^(n-1)`, at most `cap` (Argo's
+    backoff formula, which the Plan's retryStrategy asks for)."""
 
     limit: int
     duration: float = 0.0  # seconds before the first restart
     factor: int = 1
     cap: float | None = None
+    recovery: str = "job"  # job | node
 
     @classmethod
-    def from_plan(cls, retry: dict | None) -> RetryPolicy | None:
-        """From the Plan's retry (torchdag.plan.retry_strategy), whose durations are whole seconds, `"10s"`."""
+    def from_plan(cls, retry: dict | None, recovery: str = "job") -> RetryPolicy | None:
+        """From the Plan's retry or node_retry (torchdag.plan.retry_strategy), whose durations
+        are whole seconds, `"10s"`."""
         if retry is None:
             return None
         backoff = retry["backoff"]
         cap = float(backoff["cap"].removesuffix("s")) if "cap" in backoff else None
-        return cls(int(retry["limit"]), float(backoff["duration"].removesuffix("s")), int(backoff["factor"]), cap)
+        return cls(int(retry["limit"]), float(backoff["duration"].removesuffix("s")), int(backoff["factor"]), cap,
+                   recovery)
 
     def delay(self, restart: int) -> float:
         """Seconds to wait before restart n (1-based), before any --backoff-scale."""
@@ -85,8 +92,10 @@ class RetryPolicy:
         return f"no restarts left (limit {self.limit})" if restart > self.limit else None
 
     def describe(self, scale: float = 1.0) -> str:
-        """`failurePolicy (recovery job): restarts up to 2, backoff 10 s x2 (waits 10, 20 s)`"""
-        text = f"failurePolicy (recovery job): restarts up to {self.limit}"
+        """`failurePolicy (recovery job): restarts up to 2, backoff 10 s x2 (waits 10, 20 s)`;
+        under recovery node `restarts up to 2 per node, ...`"""
+        each = " per node" if self.recovery == "node" else ""
+        text = f"failurePolicy (recovery {self.recovery}): restarts up to {self.limit}{each}"
         if self.duration:
             text += f", backoff {_seconds_text(self.duration)} x{self.factor}"
             shown = min(self.limit, 3)
@@ -110,17 +119,38 @@ class Job:
     options: Options
     workflow: str  # the run's name: the job's name + 5 random characters, as Argo names a generateName
     tasks: list[LocalTask]  # restart 0
-    retry: RetryPolicy | None = None  # failurePolicy recovery job: whole-job restarts
+    retry: RetryPolicy | None = None  # failurePolicy: whole-job restarts, or each node's own
     deadline: float | None = None  # timeouts.workflowDeadline
     ignored: list[str] = field(default_factory=list)  # what a cluster does and this runner does not
     only: list[str] = field(default_factory=list)  # run only these tasks
     exec_prefix: Callable[[LocalTask], list[str]] | None = None  # e.g. `ip netns exec NS ...`
+
+    @property
+    def node_recovery(self) -> bool:
+        """failurePolicy.recovery node: a failed node restarts alone, the others keep running."""
+        return self.retry is not None and self.retry.recovery == "node"
 
     def tasks_for(self, restart: int) -> list[LocalTask]:
         """The tasks of restart n; restart 0 is self.tasks."""
         if restart == 0:
             return self.tasks
         return [self.node_task(node, restart) for node in self.nodes_to_run()]
+
+    def task_again(self, name: str, restart: int) -> LocalTask:
+        """One node's task for its own restart n (node recovery: Argo's `{{retries}}` of its retry wrapper)."""
+        return self.node_task(next(node for node in self.plan.nodes if node.task == name), restart)
+
+    def policy_lines(self, scale: float = 1.0) -> list[str]:
+        """What the runner does on a failure, as the Plan has it (none without restarts)."""
+        if self.retry is None:
+            return []
+        lines = [self.retry.describe(scale)]
+        members = [task.name for task in self.tasks if task.elastic]
+        if members:
+            lines.append(f"elastic.minNodes {self.plan.elastic_from}: {', '.join(members)} may be left behind "
+                         f"once out of restarts, and the others go on without them (torchrun --nnodes="
+                         f"{self.plan.elastic_from}:{len(self.plan.nodes)})")
+        return lines
 
     def nodes_to_run(self) -> list[NodePlan]:
         return [node for node in self.plan.nodes if not self.only or node.task in self.only]
@@ -138,7 +168,8 @@ class Job:
         command, args = kube_command(command, dict(env_list)), kube_command(args, dict(env_list))
         argv, env_out, cwd, device = localize(command, args, env_list, self.plan.values["workingDir"] or None,
                                               node.shape.device, self.options, notes)
-        task = LocalTask(node.task, node.name, node.rank, node.devices, argv, env_out, cwd, device, notes)
+        task = LocalTask(node.task, node.name, node.rank, node.devices, argv, env_out, cwd, device, notes,
+                         restart=restart, elastic=node.rank >= self.plan.elastic_from)
         if self.exec_prefix is not None:
             task.prefix = list(self.exec_prefix(task))
         return task
@@ -191,6 +222,9 @@ def cluster_notes(plan: Plan) -> list[str]:
     if plan.agents:
         notes.append(f"ignored: task {plan.agents['task']} (creates the helpers' ConfigMap: "
                      "the checkout's trainer/agents/ serve here)")
+    if plan.node_retry and plan.dependencies is not None:
+        notes.append("ignored: template host-check (a retried elastic member's host must still take pods: "
+                     "every host is this machine)")
     gang = plan.gang or {"labels": [], "annotations": [], "role_annotation": None}
     for shape in plan.shapes:
         marks = [f"schedulerName {plan.scheduler_name}"] if plan.scheduler_name else []
@@ -213,12 +247,9 @@ def prepare_job(plan: Plan, options: Options, *, only: list[str] | tuple = (),
     unknown = [name for name in only if name not in names]
     if unknown:
         raise LocalRunError(f"--only {', '.join(unknown)}: no such task (tasks: {', '.join(names)})", EXIT_INVALID)
-    if plan.node_retry:
-        raise LocalRunError("failurePolicy.recovery node: a node retried alone while the others keep running is "
-                            "not simulated here; set recovery: job to smoke-test restarts, or use the local "
-                            "cluster (docs/e2e.md)")
     deadline = plan.values["timeouts"]["workflowDeadline"]
-    job = Job(plan, options, run_name(plan), [], RetryPolicy.from_plan(plan.retry),
+    retry = RetryPolicy.from_plan(plan.retry) or RetryPolicy.from_plan(plan.node_retry, "node")
+    job = Job(plan, options, run_name(plan), [], retry,
               float(deadline) if deadline else None, cluster_notes(plan), list(only), exec_prefix)
     job.tasks = [job.node_task(node, 0) for node in job.nodes_to_run()]
     problems = ([] if options.cpu else device_problems(job.tasks)) + missing_scripts(job.tasks)

@@ -7,12 +7,22 @@ One attempt (no retryStrategy, or the first attempt succeeded):
       node-1  ok       exit 0                 6.9 s  last loss: -
     result: every task exited 0
 
-Several attempts: one block per attempt, headed by what ended it, then the result.
+Several attempts: one block per attempt, headed by what ended it, then the result. A node
+restarted alone (recovery node) has a row per process, named as Argo names a retried
+task's pods, `node-1(0)`, `node-1(1)`:
+
+    summary of local-smoke-k3x9q (41.0 s, 1 node restart):
+      node-0     ok       exit 0                41.0 s  last loss: 0.062957
+      node-1(0)  FAILED   killed by SIGKILL      9.1 s  last loss: -
+      node-1(1)  ok       exit 0                30.2 s  last loss: -
+    result: every task exited 0 (after 1 node restart: node-1)
 """
 
 from __future__ import annotations
 
+import datetime
 import re
+import time
 
 from .errors import EXIT_OK
 
@@ -51,9 +61,11 @@ def _status(r) -> str:
 
 
 def _rows(outcome, indent: str = "  ") -> list[str]:
-    width = max([len(r.name) for r in outcome.results] + [4])
-    return [f"{indent}{r.name:<{width}}  {_status(r):<7}  {r.exit_text():<18}  {seconds_column(r.duration)}  "
-            f"last loss: {r.last_loss or '-'}" for r in outcome.results]
+    again = {r.name for r in outcome.node_restarts}
+    names = [f"{r.name}({r.restart})" if r.name in again else r.name for r in outcome.results]
+    width = max([len(name) for name in names] + [4])
+    return [f"{indent}{name:<{width}}  {_status(r):<7}  {r.exit_text():<18}  {seconds_column(r.duration)}  "
+            f"last loss: {r.last_loss or '-'}" for name, r in zip(names, outcome.results)]
 
 
 def diagnosis(outcome):
@@ -61,13 +73,16 @@ def diagnosis(outcome):
     the first exit: the survivors of a dead rank exit within the same second), or None."""
     from torchdag.diagnose import core  # the one module that decides, for the cluster and here
 
-    views = []
+    views, now = [], (datetime.datetime.now(datetime.timezone.utc), time.monotonic())
     for r in outcome.results:
         rank = r.name.rsplit("-", 1)[-1]
         code = None if r.returncode is None else (128 - r.returncode if r.returncode < 0 else r.returncode)
+        exit_code = None if r.stopped_by_runner else code  # the runner's stop is no cause (a SIGKILL after --grace)
+        ended = now[0] - datetime.timedelta(seconds=now[1] - r.ended) if r.ended is not None else None
         views.append(core.PodView(name=r.name, rank=int(rank) if rank.isdigit() else None, host=r.name,
                                   phase="Running" if code is None else "Succeeded" if code == 0 else "Failed",
-                                  exit_code=code, log=[core.LogLine(when, text) for when, text in r.tail]))
+                                  exit_code=exit_code, finished=ended, attempt=str(r.restart),
+                                  log=[core.LogLine(when, text) for when, text in r.tail]))
     found = core.diagnose({"status": {"phase": "Failed"}}, views)
     return found if found.status == 1 else None
 
@@ -79,7 +94,7 @@ def _failure(outcome, found=None) -> str | None:
     name = found.first.pod.name if found is not None else outcome.first_failure
     stopped = [r.name for r in outcome.results if r.stopped_by_runner and r.name != name]
     tail = f"; stopped by the runner: {', '.join(stopped)}" if stopped else ""
-    first = next(r for r in outcome.results if r.name == name)
+    first = outcome.result(name)
     return f"{name} failed first ({first.exit_text()}{seconds_after(first.duration)}){tail}"
 
 
@@ -92,8 +107,16 @@ def _ending(outcome) -> list[str]:
     return lines
 
 
+def _node_restarts(outcome) -> str:
+    """`1 node restart: node-1` (recovery node), or nothing."""
+    again = outcome.node_restarts
+    names = ", ".join(dict.fromkeys(r.name for r in again))
+    return f"{len(again)} node restart{'s' if len(again) != 1 else ''}: {names}" if again else ""
+
+
 def _single(outcome) -> list[str]:
-    lines = [f"summary of {outcome.workflow} ({outcome.elapsed:.1f} s):"] + _rows(outcome)
+    count = f", {_node_restarts(outcome).split(':')[0]}" if outcome.node_restarts else ""
+    lines = [f"summary of {outcome.workflow} ({outcome.elapsed:.1f} s{count}):"] + _rows(outcome)
     found = diagnosis(outcome) if outcome.first_failure else None
     failure = _failure(outcome, found)
     if failure:
@@ -101,7 +124,17 @@ def _single(outcome) -> list[str]:
     if found is not None:
         lines += [f"cause: {found.first.cause} [{found.first.signature}]", f"fix: {found.first.fix}"]
     lines += _ending(outcome)
-    lines.append("result: " + ("every task exited 0" if outcome.code == EXIT_OK else f"FAILED (exit {outcome.code})"))
+    if outcome.left_behind:
+        lines.append(f"left behind: {', '.join(outcome.left_behind)} (elastic members: the job went on without them)")
+    again = _node_restarts(outcome)
+    if outcome.code == EXIT_OK:
+        but = f"but {', '.join(outcome.left_behind)} " if outcome.left_behind else ""
+        lines.append(f"result: every task {but}exited 0"
+                     + (f" (after {again})" if again else ""))
+    elif again and outcome.first_failure:
+        lines.append(f"result: FAILED (exit {outcome.code}): {outcome.first_failure} failed for good, after {again}")
+    else:
+        lines.append(f"result: FAILED (exit {outcome.code})")
     return lines
 
 
@@ -153,7 +186,7 @@ def outcome_lines(outcome) -> list[str]:
     if len(attempts) > 1 or outcome.timed_out or outcome.interrupted:
         return _job(outcome)
     lines = _single(attempts[0])
-    lines[0] = f"summary of {outcome.workflow} ({outcome.elapsed:.1f} s):"
+    lines[0] = lines[0].replace(f"({attempts[0].elapsed:.1f} s", f"({outcome.elapsed:.1f} s", 1)
     if outcome.no_restart and outcome.code != EXIT_OK:
         lines[-1] += f"; no restart: {outcome.no_restart}"
     return lines

@@ -1,14 +1,24 @@
-"""Supervise phase, whole-job restarts: failurePolicy with recovery job, as the Plan has them
-(its `retry`: Argo's retryStrategy on the train DAG, which makes every node's pod anew).
+"""Supervise phase, restarts: failurePolicy as the Plan has it.
 
-When an attempt fails (a node exits non-zero or is killed; gang stop has stopped the
-others) and a restart is left, the runner says
+Recovery job (the Plan's `retry`: Argo's retryStrategy on the train DAG, which makes every
+node's pod anew): when an attempt fails (a node exits non-zero or is killed; gang stop has
+stopped the others) and a restart is left, the runner says
 
     [localrun] restart 1/2 in 10 s: node-1 failed (exit 1)
 
 waits the backoff (times --backoff-scale), and starts every node again with
-TORCHDAG_RESTART = the restart number. A timeout (--timeout, timeouts.workflowDeadline: the
-whole run, every attempt and wait included) or an interrupt ends the run without one.
+TORCHDAG_RESTART = the restart number.
+
+Recovery node (the Plan's `node_retry`: each node task's own retryStrategy, on its retry
+wrapper): a failed node alone waits its backoff and starts again with TORCHDAG_RESTART = its
+own restart number, while the others keep running (their torchrun agents restart their
+workers into the next rendezvous round, which the restarted node joins):
+
+    [localrun] restart 1/2 of node-1 in 1 s: node-1 failed (killed by SIGKILL); the others keep running
+    [localrun] restart 1/2 of node-1: starting node-1 again (TORCHDAG_RESTART=1)
+
+A timeout (--timeout, timeouts.workflowDeadline: the whole run, every attempt and wait
+included) or an interrupt ends the run without a restart.
 """
 
 from __future__ import annotations
@@ -21,7 +31,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from .errors import stopped_code
-from .prepare import Job, RetryPolicy
+from .prepare import Job, LocalTask, RetryPolicy
 from .supervise import Outcome, Supervisor, TaskResult
 
 
@@ -53,6 +63,32 @@ class JobOutcome:
     def code(self) -> int:
         stopped = stopped_code(self.interrupted, self.timed_out)  # during a backoff wait
         return self.last.code if stopped is None else stopped
+
+
+class NodeRetries:
+    """failurePolicy recovery node: each node's own restarts, for the Supervisor that runs
+    the DAG. `no_restart` says why the last failure for good was not restarted."""
+
+    def __init__(self, job: Job, backoff_scale: float):
+        self.job, self.backoff_scale = job, backoff_scale
+        self.no_restart: str | None = None
+
+    def after_failure(self, task: LocalTask, result: TaskResult, say: Callable[[str], None]) -> float | None:
+        """Seconds until the failed node starts again, or None: it has no restart left."""
+        retry, restart = self.job.retry, task.restart + 1
+        self.no_restart = retry.refusal(restart)
+        if self.no_restart is not None:
+            return None
+        wait = retry.delay(restart) * self.backoff_scale
+        say(f"restart {retry.of_limit(restart)} of {task.name} in {round(wait, 2):g} s: {task.name} failed "
+                 f"({result.exit_text()}); the others keep running")
+        return wait
+
+    def task_again(self, task: LocalTask, say: Callable[[str], None]) -> LocalTask:
+        restart = task.restart + 1
+        say(f"restart {self.job.retry.of_limit(restart)} of {task.name}: starting {task.name} again "
+                 f"(TORCHDAG_RESTART={restart})")
+        return self.job.task_again(task.name, restart)
 
 
 class JobRunner:
@@ -94,9 +130,11 @@ class JobRunner:
         deadline = begin + self.timeout if self.timeout else None
         result = JobOutcome(self.job.workflow, [], self.job.retry)
         restart = 0
+        node_retries = NodeRetries(self.job, self.backoff_scale) if self.job.node_recovery else None
         while True:
             tasks = self.job.tasks_for(restart)
-            supervisor = Supervisor(self.job.workflow, tasks, deadline=deadline, restart=restart, **self.attempt)
+            supervisor = Supervisor(self.job.workflow, tasks, deadline=deadline, restart=restart,
+                                    node_retries=node_retries, **self.attempt)
             self.current = supervisor
             if self.on_attempt is not None:
                 self.on_attempt(restart, supervisor)
@@ -107,6 +145,9 @@ class JobRunner:
             if outcome.code == 0 or outcome.timed_out or outcome.interrupted or self._stop is not None:
                 break
             retry = self.job.retry
+            if node_retries is not None:  # the DAG's one attempt: its nodes restarted alone
+                result.no_restart = node_retries.no_restart if outcome.first_failure else None
+                break
             if retry is None:
                 break
             restart += 1

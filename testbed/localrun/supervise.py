@@ -2,8 +2,11 @@
 
 A Supervisor starts every task at once, streams their output with a `[task]` prefix and
 stops whole process trees (testbed.runtime.ProcessTree): a task's leftovers when its main process exits (as
-a pod's would die with it) and, with gang stop, every other task once one fails.
-restart.py runs Supervisors again while the Plan's restarts allow.
+a pod's would die with it) and, with gang stop, every other task once one fails for good.
+Under node recovery a failed task is started again alone, as Argo retries one DAG task's
+pod, while the others keep running (restart.py's NodeRetries decides when), and an elastic
+member out of restarts is left behind (its task's continueOn). restart.py runs Supervisors
+again while the Plan's whole-job restarts allow.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ TAIL_LINES = 400  # of each task's output, kept for the summary's cause (torchda
 @dataclass
 class TaskResult:
     name: str
+    restart: int = 0  # TORCHDAG_RESTART of this process (under node recovery, the node's own)
     pid: int | None = None
     returncode: int | None = None
     started: float | None = None  # time.monotonic() at its start; None: never started
@@ -63,7 +67,8 @@ class TaskResult:
 
 @dataclass
 class Outcome:
-    """One attempt: every task's result, and which task failed first."""
+    """One attempt: every task's result (a node restarted alone has one per process, in
+    order, after each other), and which task failed first (for good)."""
 
     workflow: str
     results: list[TaskResult]
@@ -72,16 +77,25 @@ class Outcome:
     interrupted: bool = False
     elapsed: float = 0.0
     restart: int = 0  # this attempt's restart number (TORCHDAG_RESTART)
+    left_behind: list[str] = field(default_factory=list)  # elastic members out of restarts: the job went on
 
     @property
     def code(self) -> int:
         stopped = stopped_code(self.interrupted, self.timed_out)
         if stopped is not None:
             return stopped
-        return EXIT_OK if all(r.returncode == 0 for r in self.results) else EXIT_FAILED
+        last = {r.name: r for r in self.results}  # each task's last process
+        ok = all(r.returncode == 0 or name in self.left_behind for name, r in last.items())
+        return EXIT_OK if ok else EXIT_FAILED
+
+    @property
+    def node_restarts(self) -> list[TaskResult]:
+        """The processes of tasks started again alone (node recovery)."""
+        return [r for r in self.results if r.restart > self.restart]
 
     def result(self, name: str) -> TaskResult:
-        return next(r for r in self.results if r.name == name)
+        """The task's last process."""
+        return next(r for r in reversed(self.results) if r.name == name)
 
 
 class Supervisor:
@@ -92,7 +106,8 @@ class Supervisor:
                  gang_stop: bool = True, timeout: float | None = None, grace: float = 5.0,
                  base_env: dict[str, str] | None = None, bin_dir: str | None = None,
                  on_line: Callable[[str, str], None] | None = None, poll: float = 0.1,
-                 deadline: float | None = None, restart: int = 0):
+                 deadline: float | None = None, restart: int = 0, node_retries=None):
+        """`node_retries`: restart.NodeRetries under node recovery, else None."""
         self.workflow = workflow
         self.tasks = tasks
         self.out = out or sys.stdout
@@ -105,7 +120,10 @@ class Supervisor:
         self.bin_dir = bin_dir or str(Path(sys.executable).parent)
         self.on_line = on_line
         self.poll = poll
-        self.results = {t.name: TaskResult(t.name) for t in tasks}
+        self.node_retries = node_retries
+        self.results = {t.name: TaskResult(t.name, restart) for t in tasks}  # each task's current process
+        self.current = {t.name: t for t in tasks}
+        self._due: dict[str, float] = {}  # node recovery: task -> when it starts again
         self.trees: dict[str, ProcessTree] = {}
         self._popens: dict[str, subprocess.Popen] = {}
         self._readers: list[threading.Thread] = []
@@ -152,9 +170,13 @@ class Supervisor:
                 self.on_line(name, line)
         stream.close()
 
-    def _start(self, task: LocalTask) -> None:
+    def _start(self, task: LocalTask, outcome: Outcome | None = None) -> None:
         argv = task.prefix + task.argv
         result = self.results[task.name]
+        if outcome is not None:  # a node started again alone: a row of its own, after its earlier ones
+            result = self.results[task.name] = TaskResult(task.name, task.restart)
+            outcome.results.insert(outcome.results.index(outcome.result(task.name)) + 1, result)
+            self.current[task.name] = task
         result.started = time.monotonic()
         # A session of its own: Ctrl-C reaches the runner only, which then stops the trees.
         env = task.process_env(self.base_env, self.bin_dir)
@@ -212,11 +234,16 @@ class Supervisor:
                     result.returncode, result.ended = popen.returncode, now
                     # Pod semantics: when the main process ends, the container's others die with it.
                     tree.signal(signal.SIGKILL)
-                    if popen.returncode != 0 and result.stopped_by_runner is None and outcome.first_failure is None:
-                        outcome.first_failure = name
-                        self.say(f"{name} failed first ({result.exit_text()}{seconds_after(result.duration)})")
-                        if self.gang_stop:
-                            self.request_stop(f"{name} failed")
+                    if popen.returncode != 0 and result.stopped_by_runner is None:
+                        self._failed(name, outcome, now)
+            for name, when in list(self._due.items()):
+                if self._stop_reason is not None:
+                    self.say(f"no restart of {name}: {self._stop_reason}")
+                elif now >= when:
+                    self._start(self.node_retries.task_again(self.current[name], self.say), outcome)
+                else:
+                    continue
+                del self._due[name]
             if deadline is not None and now >= deadline and self._stop_reason is None:
                 outcome.timed_out = True
                 self.request_stop(f"timed out after {self.timeout:g} s" if self.timeout else "timed out")
@@ -228,9 +255,28 @@ class Supervisor:
             for name, when in self._kill_at.items():
                 if now >= when and self.trees[name].alive(table):
                     self.trees[name].signal(signal.SIGKILL)
-            if all(self.results[name].returncode is not None for name in self._popens):
+            if not self._due and all(self.results[name].returncode is not None for name in self._popens):
                 return
             time.sleep(self.poll)
+
+    def _failed(self, name: str, outcome: Outcome, now: float) -> None:
+        """A task failed on its own: its node's restart, or the DAG goes on without an elastic
+        member (continueOn), or it is the job's failure (gang stop ends the others)."""
+        result, task = self.results[name], self.current[name]
+        if self.node_retries is not None and self._stop_reason is None:
+            wait = self.node_retries.after_failure(task, result, self.say)
+            if wait is not None:
+                self._due[name] = now + wait
+                return
+            if task.elastic:
+                outcome.left_behind.append(name)
+                self.say(f"{name} left behind ({result.exit_text()}): an elastic member, the job goes on without it")
+                return
+        if outcome.first_failure is None:
+            outcome.first_failure = name
+            self.say(f"{name} failed first ({result.exit_text()}{seconds_after(result.duration)})")
+            if self.gang_stop:
+                self.request_stop(f"{name} failed")
 
     def _cleanup(self) -> None:
         """Nothing we started outlives the run (orphans included: found by their marker)."""

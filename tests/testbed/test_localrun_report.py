@@ -46,3 +46,15 @@ def test_a_start_that_fails_leaves_the_later_tasks_without_a_run_time(tmp_path):
     assert f"{time.monotonic() - begin:.1f} s" not in node_1, lines
     assert outcome.results[1].duration is None
     assert outcome.results[0].duration is not None and outcome.results[0].duration < 30, lines
+
+
+def test_a_task_the_runner_killed_after_its_grace_is_not_the_first_failure():
+    """node-1 exits 1; node-0, stopped by the gang stop, outlives --grace and is SIGKILLed: its
+    exit 137 ("killed, usually by the OOM killer") must not be named as the cause."""
+    outcome = Outcome("wf-x", [TaskResult("node-0", pid=1, returncode=-9, started=0, ended=9.0,
+                                          stopped_by_runner="node-1 failed"),
+                               TaskResult("node-1", pid=2, returncode=1, started=0, ended=5.0)],
+                      first_failure="node-1", elapsed=9.0)
+    lines = outcome_lines(outcome)
+    assert "node-1 failed first (exit 1 after 5.0 s); stopped by the runner: node-0" in lines, lines
+    assert not any(line.startswith("cause: SIGKILL") for line in lines), lines
