@@ -121,13 +121,3 @@ def run(values_path: str | Path) -> Rendered:
     values = validate(loaded)
     plan = make_plan(values)
     return Rendered(loaded.source, values, plan, render(plan, loaded.source))
-
-
-def build(values_path: str | Path) -> str:
-    """The Workflow's YAML text for a values file."""
-    return run(values_path).text
-
-
-def valid_values(values_path: str | Path) -> dict:
-    """Load and validate only (torchdag check, and whoever needs the plan's input)."""
-    return validate(load(values_path))
