@@ -540,8 +540,8 @@ def gang(values: dict, nodes: list) -> dict | None:
         if totals:
             spec += ["minResources:",
                      *[f"  {quote(name)}: {quote(str(count))}" for name, count in sorted(totals.items())]]
-        gang["manifest"] = [f"apiVersion: {quote(group['apiVersion'])}", 'kind: "PodGroup"', "metadata:",
-                            f"  name: {quote(group_name)}", "spec:", *[f"  {line}" for line in spec]]
+        head = {"apiVersion": quote(group["apiVersion"]), "name": quote(group_name)}
+        gang["manifest"] = [*items(catalog()["podGroupManifest"], head), *[f"  {line}" for line in spec]]
     return gang
 
 

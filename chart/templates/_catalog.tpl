@@ -69,6 +69,13 @@ The catalogue as JSON; read it with `include "torchdag.catalog" . | fromJson`. *
         "value": "kubeapi.py"
       }
     ],
+    "manifest": [
+      "apiVersion: \"v1\"",
+      "kind: \"ConfigMap\"",
+      "metadata:",
+      "  name: {name}",
+      "data:"
+    ],
     "notPython": [
       "--no-python",
       "--no_python",
@@ -668,6 +675,7 @@ The catalogue as JSON; read it with `include "torchdag.catalog" . | fromJson`. *
     "task": "host-check",
     "when": "{retries} > 0"
   },
+  "hostLabel": "kubernetes.io/hostname",
   "ipv4": "^((25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])\\.){3}(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])$",
   "kinds": {
     "ascend310": {
@@ -808,6 +816,13 @@ The catalogue as JSON; read it with `include "torchdag.catalog" . | fromJson`. *
     "rdzv_endpoint",
     "rdzv_id",
     "standalone"
+  ],
+  "podGroupManifest": [
+    "apiVersion: {apiVersion}",
+    "kind: \"PodGroup\"",
+    "metadata:",
+    "  name: {name}",
+    "spec:"
   ],
   "ports": {
     "hcclHost": {

@@ -225,7 +225,7 @@ names. Usage: include "torchdag.plan" (dict "root" $ "plan" $plan)
 {{- with $entry.podGroup -}}
 {{- $facts := dict "count" (toString $count) "timeout" (printf "%d" (int64 $scheduling.timeout)) "queue" (ternary (toJson $scheduling.queue) "" (not (empty $scheduling.queue))) -}}
 {{- $_ := set $facts "priorityClassName" (ternary (toJson $v.workflow.priorityClassName) "" (not (empty $v.workflow.priorityClassName))) -}}
-{{- $manifest := list (printf "apiVersion: %s" (toJson .apiVersion)) "kind: \"PodGroup\"" "metadata:" (printf "  name: %s" (toJson $group)) "spec:" -}}
+{{- $manifest := include "torchdag.items" (dict "items" $.catalog.podGroupManifest "facts" (dict "apiVersion" (toJson .apiVersion) "name" (toJson $group))) | fromJsonArray -}}
 {{- range include "torchdag.items" (dict "items" .spec "facts" $facts) | fromJsonArray }}{{ $manifest = append $manifest (printf "  %s: %s" (index . 0) (index . 1)) }}{{ end -}}
 {{- $totals := dict -}}
 {{- range $_, $node := ternary $.nodes dict .minResources -}}

@@ -95,7 +95,7 @@ it waits for, whether the DAG goes on without it, its arguments). Takes (dict "p
         requiredDuringSchedulingIgnoredDuringExecution:
           nodeSelectorTerms:
           - matchExpressions:
-            - key: "kubernetes.io/hostname"
+            - key: {{ toJson $plan.catalog.hostLabel }}
               operator: "In"
               values:
               - {{ index $plan.inputs "host" | toJson }}

@@ -286,7 +286,7 @@ spec:
         requiredDuringSchedulingIgnoredDuringExecution:
           nodeSelectorTerms:
           - matchExpressions:
-            - key: "kubernetes.io/hostname"
+            - key: {{ toJson $plan.catalog.hostLabel }}
               operator: "In"
               values:
               - {{ index $plan.inputs "host" | toJson }}

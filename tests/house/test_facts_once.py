@@ -73,6 +73,9 @@ FACTS = {
     "network.task": quoted(at("network.task")),
     "setEnvCommand": "|".join(quoted(word) for word in at("setEnvCommand") if "{" not in word and len(word) > 2),
     "shmVolume.medium": quoted(at("shmVolume.medium")),
+    "hostLabel": quoted(at("hostLabel")),
+    # the manifests torchdag applies: their heads are catalogue lines
+    "manifest kinds": r'''kind: \\?"(?:PodGroup|ConfigMap|Service)\\?"''',
 }
 
 
