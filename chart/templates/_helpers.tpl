@@ -113,15 +113,10 @@ and last four rows of a large job. Takes (dict "plan" "values" "short" "prefix")
 {{- range $plan.shapes }}{{ if and $pg (index $plan.catalog.devices .device).ascend (ne $hccl (printf "%d" (int64 $pg))) }}{{ $_ := set $facts "hcclRounded" true }}{{ end }}{{ end -}}
 {{- $half := div (int $texts.shortRows) 2 -}}
 {{- $short := and .short (gt $count (mul 2 $half)) -}}
-{{- $columns := $texts.columns -}}
-{{- $widths := dict }}{{ $header := dict }}{{ range $columns }}{{ $_ := set $widths . (len .) }}{{ $_ := set $header . . }}{{ end -}}
-{{- range $key, $node := $plan.nodes -}}
-{{- if or (not $short) (lt (int $node.rank) $half) (ge (int $node.rank) (sub $count $half)) -}}
-{{- range $column, $cell := include "torchdag.summaryCells" $node | fromJson -}}
-{{- $_ := set $widths $column (max (index $widths $column) (len $cell)) -}}
-{{- end -}}
-{{- end -}}
-{{- end -}}
+{{- $columns := $texts.columns }}{{ $widths := dict }}{{ $header := dict }}{{ range $columns }}{{ $_ := set $widths . (len .) }}{{ $_ := set $header . . }}{{ end -}}
+{{- range $key, $node := $plan.nodes }}{{ if or (not $short) (lt (int $node.rank) $half) (ge (int $node.rank) (sub $count $half)) -}}
+{{- range $column, $cell := include "torchdag.summaryCells" $node | fromJson }}{{ $_ := set $widths $column (max (index $widths $column) (len $cell)) }}{{ end -}}
+{{- end }}{{ end -}}
 {{- range $index, $line := include "torchdag.items" (dict "items" $texts.lines "facts" $facts) | fromJsonArray }}
 {{- if $index }}{{ "\n" }}{{ end }}{{ $prefix }}{{ $line }}
 {{- end }}
@@ -141,13 +136,9 @@ and last four rows of a large job. Takes (dict "plan" "values" "short" "prefix")
 {{- toJson (dict "rank" (toString .rank) "node" .name "address" .address "nic" (.nic | default "-") "accelerator" .accelerator "devices" (toString .devices) "template" .shape.name) -}}
 {{- end -}}
 
-{{/* One line of the summary table: the first column right-aligned, the others left-aligned, trailing
-spaces dropped. Takes (dict "columns" "widths" "cells"). */}}
+{{/* One line of the summary table: the first column right-aligned, the others left-aligned, trailing spaces dropped. Takes (dict "columns" "widths" "cells"). */}}
 {{- define "torchdag.summaryRow" -}}
-{{- $parts := list -}}
-{{- range $index, $column := .columns -}}
-{{- $parts = append $parts (printf (ternary "%*s" "%-*s" (eq $index 0)) (int (index $.widths $column)) (index $.cells $column)) -}}
-{{- end -}}
+{{- $parts := list }}{{ range $index, $column := .columns }}{{ $parts = append $parts (printf (ternary "%*s" "%-*s" (eq $index 0)) (int (index $.widths $column)) (index $.cells $column)) }}{{ end -}}
 {{- regexReplaceAll " +$" (join "  " $parts) "" -}}
 {{- end -}}
 

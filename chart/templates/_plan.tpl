@@ -31,8 +31,7 @@ names. Usage: include "torchdag.plan" (dict "root" $ "plan" $plan)
 {{- end -}}
 
 {{- /* plan.job_facts: what every shape shares */ -}}
-{{- /* catalog.node_name: a machine's task (and pod hostname) for its rank, as a printf format */ -}}
-{{- $nodeName := include "torchdag.fill" (dict "text" $cat.nodeName "fields" (dict "rank" "%d")) -}}
+{{- $nodeName := include "torchdag.fill" (dict "text" $cat.nodeName "fields" (dict "rank" "%d")) }}{{/* catalog.node_name as a printf format */ -}}
 {{- $timeouts := $v.timeouts -}}
 {{- $pg := $timeouts.processGroup -}}
 {{- $job := dict "backend" $backend "nnodes" (toString (len $nodes)) "masterAddress" (ternary (include "torchdag.fill" (dict "text" $cat.network.masterAddress "fields" (dict "master" (printf $nodeName 0) "run" $cat.network.run "clusterDomain" $v.network.clusterDomain))) ($master.address | default $master.name) $pod) "port" (printf "%d" (int64 $v.port)) "python" $v.launcher.python -}}
@@ -46,8 +45,7 @@ names. Usage: include "torchdag.plan" (dict "root" $ "plan" $plan)
 {{- include "torchdag.recoveryFacts" (dict "plan" $plan "job" $job "values" $v "catalog" $cat) }}{{ $nodeRecovery := $plan.nodeRecovery }}{{ $elasticFrom := $plan.elasticFrom -}}
 {{- $_ := set $job "whitelistDisable" $v.ascend.whitelistDisable -}}
 {{- $_ := merge $job (dict "podNetwork" $pod "rendezvousWait" (printf "%d" (int64 ($timeouts.rendezvous | default $cat.network.rendezvousDefault)))) -}}
-{{- $inputs := dict -}}
-{{- range $container.parameters }}{{ $name := . }}{{ if kindIs "map" . }}{{ $name = .value }}{{ end }}{{ $_ := set $inputs $name (include "torchdag.fill" (dict "text" $container.inputParameter "fields" (dict "name" $name))) }}{{ $_ := set $job (printf "input:%s" $name) (index $inputs $name) }}{{ end -}}
+{{- $inputs := dict }}{{ range $container.parameters }}{{ $name := . }}{{ if kindIs "map" . }}{{ $name = .value }}{{ end }}{{ $_ := set $inputs $name (include "torchdag.fill" (dict "text" $container.inputParameter "fields" (dict "name" $name))) }}{{ $_ := set $job (printf "input:%s" $name) (index $inputs $name) }}{{ end -}}
 
 {{- /* the job-wide parts of every container */ -}}
 {{- $mountsDriver := false -}}
