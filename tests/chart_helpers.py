@@ -48,9 +48,9 @@ def chart_workflow(helm: str, values: Path | str, *extra: str) -> dict:
 
 
 def render_py_workflow(values: Path | str) -> dict:
-    from torchdag.pipeline import build
+    from torchdag import pipeline
 
-    return argo_document(build(values))
+    return argo_document(pipeline.run(values).text)
 
 
 def helm_spellings(field: str) -> list[str]:
@@ -88,12 +88,12 @@ def spec_text(rendered: str) -> str:
 def assert_same_workflow(helm: str, values: Path) -> None:
     """The spec is the same text, byte for byte (a reviewer can diff the two outputs);
     outside it only what Helm adds differs. One helm run and one render per values file."""
-    from torchdag.pipeline import build
+    from torchdag import pipeline
 
     result = helm_template(helm, values)
     assert result.returncode == 0, f"helm template failed for {values}:\n{result.stderr}"
     workflow_source = result.stdout[result.stdout.index("# Source: torchdag/templates/workflow.yaml"):]
-    rendered = build(values)
+    rendered = pipeline.run(values).text
     assert spec_text(workflow_source) == spec_text(rendered)
     ours, theirs = argo_document(result.stdout), argo_document(rendered)
     assert ours["kind"] == theirs["kind"]

@@ -13,7 +13,7 @@ from helpers import REPO
 
 sys.path.insert(0, str(REPO))  # run as a script: `make golden`
 
-from torchdag.pipeline import build
+from torchdag import pipeline
 
 GOLDEN_DIR = REPO / "tests" / "golden"
 SOURCES = {"examples": REPO / "examples", "cases": REPO / "tests" / "cases"}
@@ -37,7 +37,7 @@ def main() -> int:
     expected = set()
     for values, golden in golden_pairs():
         golden.parent.mkdir(parents=True, exist_ok=True)
-        text = build(values)
+        text = pipeline.run(values).text
         expected.add(golden)
         if not golden.exists() or golden.read_text(encoding="utf-8") != text:
             golden.write_text(text, encoding="utf-8")

@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from helpers import REPO, free_port  # noqa: F401 - shared with the modules that import this one
-from torchdag.pipeline import valid_values
+from torchdag import pipeline
 from torchdag.plan import Plan, make_plan
 
 LOCAL = REPO / "examples" / "local.yaml"
@@ -25,7 +25,7 @@ ENV = dict(os.environ, OMP_NUM_THREADS="1")
 
 def plan_of(values_path) -> Plan:
     """The Plan of a values file, as render.py and the local runner compute it."""
-    return make_plan(valid_values(values_path))
+    return make_plan(pipeline.validate(pipeline.load(values_path)))
 
 
 def values_with(tmp_path: Path, name: str = "values.yaml", base: Path = LOCAL, **changes) -> Path:

@@ -29,7 +29,7 @@ def agents_plan(values: dict, facts: dict) -> dict | None:
     files = items(entry["files"], facts)
     if not values["agents"]["fromWorkflow"] or not files:
         return None
-    lines = ['apiVersion: "v1"', 'kind: "ConfigMap"', "metadata:", f"  name: {quote(entry['configMap'])}", "data:"]
+    lines = items(entry["manifest"], {"name": quote(entry["configMap"])})
     for name in files:
         lines.append(f"  {quote(name)}: |")
         lines += ["    " + line if line else "" for line in agent_text(name).split("\n")[:-1]]

@@ -72,6 +72,16 @@ def accelerator(kind: str) -> dict:
     return {**catalog()["devices"][entry["device"]], **entry}
 
 
+def node_accelerator(node: dict) -> str:
+    """A node's accelerator kind: its own, else the catalogue's default kind."""
+    return node.get("accelerator", catalog()["defaultAccelerator"])
+
+
+def node_name(rank: int | str) -> str:
+    """A machine's DAG task (and, on the pod network, its pod's hostname) for its rank."""
+    return fill(catalog()["nodeName"], {"rank": rank})
+
+
 def accelerator_kinds() -> list[str]:
     return list(catalog()["accelerators"])
 

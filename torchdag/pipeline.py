@@ -109,7 +109,7 @@ class Rendered:
         base, port = str(self.values["env"].get(hccl["env"][0], "")), self.values["port"]
         if not (base.isdigit() and 0 <= port - int(base) < hccl["count"]):
             return []
-        if not any(catalog.is_ascend(node.get("accelerator", "cpu")) for node in self.values["nodes"]):
+        if not any(catalog.is_ascend(catalog.node_accelerator(node)) for node in self.values["nodes"]):
             return []
         return [f"{self.source}: port: {port} is among the {hccl['count']} host ports HCCL takes from env "
                 f"{hccl['env'][0]} ({base}) on Ascend nodes; the rendezvous and HCCL may collide on the master"]
@@ -121,13 +121,3 @@ def run(values_path: str | Path) -> Rendered:
     values = validate(loaded)
     plan = make_plan(values)
     return Rendered(loaded.source, values, plan, render(plan, loaded.source))
-
-
-def build(values_path: str | Path) -> str:
-    """The Workflow's YAML text for a values file."""
-    return run(values_path).text
-
-
-def valid_values(values_path: str | Path) -> dict:
-    """Load and validate only (torchdag check, and whoever needs the plan's input)."""
-    return validate(load(values_path))

@@ -22,7 +22,19 @@ from dataclasses import dataclass, field
 
 from .access import ascend_pod_security
 from .agents import agents_plan
-from .catalog import accelerator, all_items, catalog, fill, hccl_exec_timeout, hccl_limit, is_ipv4, items, resource_name
+from .catalog import (
+    accelerator,
+    all_items,
+    catalog,
+    fill,
+    hccl_exec_timeout,
+    hccl_limit,
+    is_ipv4,
+    items,
+    node_accelerator,
+    node_name,
+    resource_name,
+)
 from .yamlout import dollar_escape, quantity, quote
 
 
@@ -64,7 +76,7 @@ class NodePlan:
 
     @property
     def task(self) -> str:
-        return f"node-{self.rank}"
+        return node_name(self.rank)
 
 
 @dataclass(frozen=True)
@@ -135,7 +147,7 @@ class Plan:
     def labels(self) -> dict:
         """The job's labels: torchdag's own first, then the user's (validation keeps the
         `torchdag.io/` prefix for torchdag)."""
-        return {"torchdag.io/job": self.values["name"], **self.values["labels"]}
+        return {catalog()["labels"]["job"]: self.values["name"], **self.values["labels"]}
 
 
 def _resources(node: dict, values: dict) -> dict:
@@ -146,7 +158,7 @@ def _resources(node: dict, values: dict) -> dict:
         quantities = {key: quantity(given[key]) for key in ("cpu", "memory") if key in given}
         if quantities:
             out[section] = quantities
-    name = resource_name(node.get("accelerator", "cpu"), values)
+    name = resource_name(node_accelerator(node), values)
     if name:  # extended resources take their request from the limit
         out.setdefault("limits", {})[name] = str(int(node.get("devices", 1)))
     return out
@@ -157,7 +169,7 @@ def resolve_backend(values: dict) -> tuple[str, str]:
     reasons = catalog()["backendReasons"]
     if values["backend"] != "auto":
         return values["backend"], reasons["set"]
-    kind = values["nodes"][0].get("accelerator", "cpu")  # validation leaves one kind under auto
+    kind = node_accelerator(values["nodes"][0])  # validation leaves one kind under auto
     backend = accelerator(kind)["backend"]
     limit = hccl_limit(kind, len(values["nodes"]), values["ascend"]["duoCard"]) if backend == "hccl" else None
     if limit:
@@ -232,12 +244,13 @@ def _command(values: dict, facts: dict) -> list[str]:
     words: list[str] = []
     set_env = facts["ascend"] and values["ascend"]["setEnvScript"]
     if set_env:
-        words += ["/bin/bash", "-c", catalog()["setEnvWrapper"], "torchdag-set-env", set_env]
+        wrapper = {"wrapper": catalog()["setEnvWrapper"]}
+        words += [fill(word, wrapper) for word in catalog()["setEnvCommand"]] + [set_env]
     if values["preflight"]["enabled"] or facts["nicAuto"] or facts["podNetwork"]:
         words += values["preflight"]["command"] + items(container["preflightArgs"], facts)
     words += items(container["launchers"][values["launcher"]["type"]], facts)
     # The wrapper's own words are bash syntax, not Kubernetes': escape only from the script path on.
-    fixed = 3 if set_env else 0
+    fixed = len(catalog()["setEnvCommand"]) if set_env else 0
     return words[:fixed] + [dollar_escape(word) for word in words[fixed:]]
 
 
@@ -353,7 +366,7 @@ def make_plan(values: dict) -> Plan:
     order = [master_index] + [i for i in range(len(nodes)) if i != master_index]
     master = nodes[master_index]
     backend, reason = resolve_backend(values)
-    kinds = {node.get("accelerator", "cpu") for node in nodes}
+    kinds = {node_accelerator(node) for node in nodes}
     mounts_driver = bool(values["ascend"]["mountDriver"]) and any(accelerator(kind)["ascend"] for kind in kinds)
     pod = is_pod(values)
     job = job_facts(values, backend, master_address(values) if pod else master.get("address") or master["name"])
@@ -367,10 +380,10 @@ def make_plan(values: dict) -> Plan:
     placed = []
     for rank, index in enumerate(order):
         node = nodes[index]
-        kind = node.get("accelerator", "cpu")
+        kind = node_accelerator(node)
         devices = int(node.get("devices", 1))
         # On the pod network a node is reached by its pod's name, through the pod's own NIC.
-        address = f"node-{rank}" if pod else node.get("address") or node["name"]
+        address = node_name(rank) if pod else node.get("address") or node["name"]
         nic = node.get("nic") or (values["network"]["nic"] if pod else "")
         resources = _resources(node, values)
         facts = shape_facts(job, kind, devices, nic, address, "resources" in node)
@@ -442,8 +455,8 @@ def node_container(plan: Plan, node: NodePlan, restart: int = 0, run: str | None
 def volumes(values: dict, mounts_driver: bool) -> list[dict]:
     out: list[dict] = []
     if values.get("shmSize"):
-        out.append({"name": catalog()["shmVolume"]["name"],
-                    "emptyDir": {"medium": "Memory", "sizeLimit": quantity(values["shmSize"])}})
+        shm, size = catalog()["shmVolume"], quantity(values["shmSize"])
+        out.append({"name": shm["name"], "emptyDir": {"medium": shm["medium"], "sizeLimit": size}})
     if mounts_driver:
         driver = values["ascend"]["driverPath"].rstrip("/")  # the schema's default, or the user's
         for mount in catalog()["ascendMounts"]:
@@ -527,8 +540,8 @@ def gang(values: dict, nodes: list) -> dict | None:
         if totals:
             spec += ["minResources:",
                      *[f"  {quote(name)}: {quote(str(count))}" for name, count in sorted(totals.items())]]
-        gang["manifest"] = [f"apiVersion: {quote(group['apiVersion'])}", 'kind: "PodGroup"', "metadata:",
-                            f"  name: {quote(group_name)}", "spec:", *[f"  {line}" for line in spec]]
+        head = {"apiVersion": quote(group["apiVersion"]), "name": quote(group_name)}
+        gang["manifest"] = [*items(catalog()["podGroupManifest"], head), *[f"  {line}" for line in spec]]
     return gang
 
 
@@ -539,7 +552,7 @@ def scheduling_watch(values: dict, nodes: list, gang_plan: dict | None) -> dict:
     facts = {**(group or {}), "group": catalog()["gangName"], "count": str(len(nodes)), "gang": bool(gang_plan),
              "timeout": str(int(values["scheduling"]["timeout"])), "podGroup": bool(group)}
     command = values["scheduling"]["watchCommand"] + items(entry["args"], facts)
-    return {"task": entry["task"]["gang" if gang_plan else "none"], "requests": entry["requests"],
+    return {"task": entry["task"]["gang" if gang_plan else "none"], "requests": entry["requests"], "env": entry["env"],
             "command": [dollar_escape(word) for word in command]}
 
 
@@ -554,7 +567,8 @@ def is_pod(values: dict) -> bool:
 def master_address(values: dict) -> str:
     """Rank 0's DNS name, with Argo's placeholders for the run and its namespace."""
     entry = catalog()["network"]
-    return fill(entry["masterAddress"], {"run": entry["run"], "clusterDomain": values["network"]["clusterDomain"]})
+    return fill(entry["masterAddress"], {"master": node_name(0), "run": entry["run"],
+                                         "clusterDomain": values["network"]["clusterDomain"]})
 
 
 def rendezvous_wait(values: dict) -> str:
@@ -569,10 +583,11 @@ def network_plan(values: dict) -> dict | None:
     if not is_pod(values):
         return None
     entry = catalog()["network"]
-    facts = {"run": entry["run"], "runLabel": entry["runLabel"], "port": str(int(values["port"])),
-             "job": quote(values["name"])}
+    facts = {"run": entry["run"], "runLabel": entry["runLabel"], "jobLabel": catalog()["labels"]["job"],
+             "port": str(int(values["port"])), "job": quote(values["name"]),
+             "hostname": node_name(argo_parameter("node-rank"))}
     return {
-        "run": entry["run"],
+        "run": entry["run"], "task": entry["task"],
         "label": (entry["runLabel"], entry["run"]),
         "patch": items(entry["podSpecPatch"], facts),
         "manifest": items(entry["service"], facts),

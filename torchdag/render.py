@@ -12,7 +12,7 @@ import jinja2
 import yaml
 
 from . import TEMPLATES_DIR
-from .catalog import catalog, fill, problem
+from .catalog import catalog, fill, items, problem
 from .errors import InternalBug, Problem, ValuesError
 from .plan import Plan, argo_parameter
 from .summary import summary_comment
@@ -32,7 +32,7 @@ def _environment() -> jinja2.Environment:
         autoescape=False,  # YAML, not HTML: quoting is done by the tojson filter
     )
     env.filters.update(tojson=quote, sorted_items=sorted_items, toleration=toleration)
-    env.globals.update(input_parameter=argo_parameter)
+    env.globals.update(input_parameter=argo_parameter, catalog=catalog(), fill=fill)
     return env
 
 
@@ -72,7 +72,8 @@ def status_budget(plan: Plan) -> tuple[int, int]:
     if plan.values["workflow"]["nodeStatusOffload"]:
         return attempts, 0
     facts = catalog()["argoStatus"]
-    pods = len(plan.nodes) + (2 if plan.gang and plan.gang["manifest"] else 1 if plan.gang else 0)
+    pods = len(plan.nodes) + len(items(facts["otherPods"], {"gang": bool(plan.gang),
+                                                            "podGroup": bool(plan.gang and plan.gang["manifest"])}))
     return attempts, attempts * (facts["perAttempt"] + facts["perPod"] * pods)
 
 

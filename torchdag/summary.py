@@ -36,11 +36,10 @@ def summary_lines(plan: Plan, short: bool = False) -> list[str]:
         "agentsPath": catalog.catalog()["agents"]["path"],
     }
     lines = catalog.items(texts["lines"], facts)
-    header = ("rank", "node", "address", "nic", "accelerator", "devices", "template")
-    rows = [
-        (str(node.rank), node.name, node.address, node.nic or "-", node.accelerator, str(node.devices), node.shape.name)
-        for node in nodes
-    ]
+    header = texts["columns"]
+    rows = [[{"rank": str(node.rank), "node": node.name, "address": node.address, "nic": node.nic or "-",
+              "accelerator": node.accelerator, "devices": str(node.devices), "template": node.shape.name}[column]
+             for column in header] for node in nodes]
     skipped, half = 0, texts["shortRows"] // 2
     if short and len(rows) > 2 * half:
         skipped = len(rows) - 2 * half
@@ -54,11 +53,11 @@ def summary_lines(plan: Plan, short: bool = False) -> list[str]:
     lines.append(line(header))
     for index, row in enumerate(rows):
         if skipped and index == half:
-            lines.append(f"... {skipped} more node(s) ...")
+            lines.append(catalog.fill(texts["skipped"], {"skipped": skipped}))
         lines.append(line(row))
     return lines
 
 
 def summary_comment(plan: Plan) -> str:
-    lines = summary_lines(plan) + ["Rendered by torchdag: edit the values file, not this file."]
+    lines = summary_lines(plan) + [catalog.catalog()["summary"]["footer"]]
     return "\n".join(f"# {line}" if line else "#" for line in lines)

@@ -14,7 +14,7 @@ Usage: include "torchdag.agents" (dict "root" $ "catalog" $cat "values" $v "pod"
 {{- $files := include "torchdag.items" (dict "items" $entry.files "facts" $facts) | fromJsonArray -}}
 {{- $out := dict -}}
 {{- if and .values.agents.fromWorkflow $files -}}
-{{- $lines := list "apiVersion: \"v1\"" "kind: \"ConfigMap\"" "metadata:" (printf "  name: %s" (toJson $entry.configMap)) "data:" -}}
+{{- $lines := include "torchdag.items" (dict "items" $entry.manifest "facts" (dict "name" (toJson $entry.configMap))) | fromJsonArray -}}
 {{- range $name := $files -}}
 {{- $lines = append $lines (printf "  %s: |" (toJson $name)) -}}
 {{- range initial (splitList "\n" ($.root.Files.Get (printf "files/agents/%s" $name))) }}{{ $lines = append $lines (ternary (printf "    %s" .) "" (ne . "")) }}{{ end -}}

@@ -69,6 +69,13 @@ The catalogue as JSON; read it with `include "torchdag.catalog" . | fromJson`. *
         "value": "kubeapi.py"
       }
     ],
+    "manifest": [
+      "apiVersion: \"v1\"",
+      "kind: \"ConfigMap\"",
+      "metadata:",
+      "  name: {name}",
+      "data:"
+    ],
     "notPython": [
       "--no-python",
       "--no_python",
@@ -87,6 +94,20 @@ The catalogue as JSON; read it with `include "torchdag.catalog" . | fromJson`. *
   ],
   "argoStatus": {
     "maxBytes": 1048576,
+    "otherPods": [
+      {
+        "if": [
+          "gang"
+        ],
+        "value": "gang-watch"
+      },
+      {
+        "if": [
+          "podGroup"
+        ],
+        "value": "podGroup"
+      }
+    ],
     "perAttempt": 1024,
     "perPod": 96
   },
@@ -475,6 +496,7 @@ The catalogue as JSON; read it with `include "torchdag.catalog" . | fromJson`. *
       },
       "--exec"
     ],
+    "retryStep": "train",
     "retryWrapper": "{name}-retry",
     "shapeKey": [
       "accelerator",
@@ -514,6 +536,7 @@ The catalogue as JSON; read it with `include "torchdag.catalog" . | fromJson`. *
       }
     ]
   },
+  "defaultAccelerator": "cpu",
   "devices": {
     "cpu": {
       "ascend": false,
@@ -531,6 +554,7 @@ The catalogue as JSON; read it with `include "torchdag.catalog" . | fromJson`. *
       "ifIp": true
     }
   },
+  "entrypoint": "train",
   "gangName": "{{ "{{" }}workflow.name}}",
   "gangTask": "gang",
   "gangs": {
@@ -639,6 +663,19 @@ The catalogue as JSON; read it with `include "torchdag.catalog" . | fromJson`. *
       }
     ]
   },
+  "hostCheck": {
+    "args": [
+      "-c",
+      ""
+    ],
+    "requests": {
+      "cpu": "10m",
+      "memory": "32Mi"
+    },
+    "task": "host-check",
+    "when": "{retries} > 0"
+  },
+  "hostLabel": "kubernetes.io/hostname",
   "ipv4": "^((25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])\\.){3}(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])$",
   "kinds": {
     "ascend310": {
@@ -681,6 +718,11 @@ The catalogue as JSON; read it with `include "torchdag.catalog" . | fromJson`. *
       "ifIp": false,
       "resource": "nvidia.com/gpu"
     }
+  },
+  "labels": {
+    "job": "torchdag.io/job",
+    "nodeRank": "torchdag.io/node-rank",
+    "role": "torchdag.io/role"
   },
   "launcherEnv": [
     "MASTER_ADDR",
@@ -726,9 +768,9 @@ The catalogue as JSON; read it with `include "torchdag.catalog" . | fromJson`. *
     "workflow-size-status": "{count} nodes make a {kind} of {bytes} bytes (JSON), and Argo's status for {attempts} attempt(s) adds about {status} bytes (failurePolicy.maxRestarts {restarts}): over the {limit} bytes Argo keeps in one object, so the Workflow would end in Error mid-run; lower failurePolicy.maxRestarts, split the job, or, if the controller offloads node status to a database, set workflow.nodeStatusOffload"
   },
   "network": {
-    "masterAddress": "node-0.{run}.{{ "{{" }}workflow.namespace}}.svc.{clusterDomain}",
+    "masterAddress": "{master}.{run}.{{ "{{" }}workflow.namespace}}.svc.{clusterDomain}",
     "podSpecPatch": [
-      "hostname: \"node-{{ "{{" }}inputs.parameters.node-rank}}\"",
+      "hostname: \"{hostname}\"",
       "subdomain: \"{run}\""
     ],
     "rendezvousDefault": 900,
@@ -740,7 +782,7 @@ The catalogue as JSON; read it with `include "torchdag.catalog" . | fromJson`. *
       "metadata:",
       "  name: \"{run}\"",
       "  labels:",
-      "    \"torchdag.io/job\": {job}",
+      "    \"{jobLabel}\": {job}",
       "spec:",
       "  clusterIP: \"None\"",
       "  publishNotReadyAddresses: true",
@@ -767,12 +809,20 @@ The catalogue as JSON; read it with `include "torchdag.catalog" . | fromJson`. *
     ],
     "task": "nodes-{index}"
   },
+  "nodeName": "node-{rank}",
   "nullMessage": "is null, which would delete {default}; remove the line to keep the default, or give a value",
   "plannedLauncherFlags": [
     "rdzv_backend",
     "rdzv_endpoint",
     "rdzv_id",
     "standalone"
+  ],
+  "podGroupManifest": [
+    "apiVersion: {apiVersion}",
+    "kind: \"PodGroup\"",
+    "metadata:",
+    "  name: {name}",
+    "spec:"
   ],
   "ports": {
     "hcclHost": {
@@ -812,12 +862,29 @@ The catalogue as JSON; read it with `include "torchdag.catalog" . | fromJson`. *
     "retryPolicy": "Always"
   },
   "runNameMaxLength": 52,
+  "setEnvCommand": [
+    "/bin/bash",
+    "-c",
+    "{wrapper}",
+    "torchdag-set-env"
+  ],
   "setEnvWrapper": "set_env=\"$1\"; shift; if [ ! -r \"$set_env\" ]; then echo \"torchdag: cannot read $set_env (ascend.setEnvScript)\"; exit 127; fi; . \"$set_env\"; exec -- \"$@\"",
   "shmVolume": {
+    "medium": "Memory",
     "mountPath": "/dev/shm",
     "name": "dshm"
   },
   "summary": {
+    "columns": [
+      "rank",
+      "node",
+      "address",
+      "nic",
+      "accelerator",
+      "devices",
+      "template"
+    ],
+    "footer": "Rendered by torchdag: edit the values file, not this file.",
     "gang": {
       "none": "none",
       "some": "{gang} ({queue}placed within {timeout} s or stopped)"
@@ -873,7 +940,8 @@ The catalogue as JSON; read it with `include "torchdag.catalog" . | fromJson`. *
       "none": "",
       "some": "queue {queue}, "
     },
-    "shortRows": 8
+    "shortRows": 8,
+    "skipped": "... {skipped} more node(s) ..."
   },
   "warnings": {
     "executor-token-secret": "Argo mounts the Secret '{secret}' (the ServiceAccount's token) into every pod, and Kubernetes 1.24 and later no longer create it: create it once, after the ServiceAccount, as type kubernetes.io/service-account-token with the annotation kubernetes.io/service-account.name: {account} (the chart's rbac.create does; docs/values.md shows the manifest), or every pod waits in ContainerCreating",
@@ -897,6 +965,12 @@ The catalogue as JSON; read it with `include "torchdag.catalog" . | fromJson`. *
         ],
         "value": "--what=pods"
       }
+    ],
+    "env": [
+      [
+        "PYTHONUNBUFFERED",
+        "1"
+      ]
     ],
     "requests": {
       "cpu": "50m",

@@ -113,32 +113,38 @@ and last four rows of a large job. Takes (dict "plan" "values" "short" "prefix")
 {{- range $plan.shapes }}{{ if and $pg (index $plan.catalog.devices .device).ascend (ne $hccl (printf "%d" (int64 $pg))) }}{{ $_ := set $facts "hcclRounded" true }}{{ end }}{{ end -}}
 {{- $half := div (int $texts.shortRows) 2 -}}
 {{- $short := and .short (gt $count (mul 2 $half)) -}}
-{{- $widths := dict "rank" 4 "node" 4 "address" 7 "nic" 3 "accelerator" 11 "devices" 7 "template" 8 -}}
-{{- range $key, $node := $plan.nodes -}}
-{{- if or (not $short) (lt (int $node.rank) $half) (ge (int $node.rank) (sub $count $half)) -}}
-{{- range $column, $cell := dict "rank" (toString $node.rank) "node" $node.name "address" $node.address "nic" ($node.nic | default "-") "accelerator" $node.accelerator "devices" (toString $node.devices) "template" $node.shape.name -}}
-{{- $_ := set $widths $column (max (index $widths $column) (len $cell)) -}}
-{{- end -}}
-{{- end -}}
-{{- end -}}
-{{- $row := printf "%%*s  %%-*s  %%-*s  %%-*s  %%-*s  %%-*s  %%s" -}}
+{{- $columns := $texts.columns }}{{ $widths := dict }}{{ $header := dict }}{{ range $columns }}{{ $_ := set $widths . (len .) }}{{ $_ := set $header . . }}{{ end -}}
+{{- range $key, $node := $plan.nodes }}{{ if or (not $short) (lt (int $node.rank) $half) (ge (int $node.rank) (sub $count $half)) -}}
+{{- range $column, $cell := include "torchdag.summaryCells" $node | fromJson }}{{ $_ := set $widths $column (max (index $widths $column) (len $cell)) }}{{ end -}}
+{{- end }}{{ end -}}
 {{- range $index, $line := include "torchdag.items" (dict "items" $texts.lines "facts" $facts) | fromJsonArray }}
 {{- if $index }}{{ "\n" }}{{ end }}{{ $prefix }}{{ $line }}
 {{- end }}
-{{ $prefix }}{{ regexReplaceAll " +$" (printf $row (int $widths.rank) "rank" (int $widths.node) "node" (int $widths.address) "address" (int $widths.nic) "nic" (int $widths.accelerator) "accelerator" (int $widths.devices) "devices" "template") "" }}
+{{ $prefix }}{{ include "torchdag.summaryRow" (dict "columns" $columns "widths" $widths "cells" $header) }}
 {{- range $key, $node := $plan.nodes }}
 {{- if and $short (eq (int $node.rank) $half) }}
-{{ $prefix }}... {{ sub $count (mul 2 $half) }} more node(s) ...
+{{ $prefix }}{{ include "torchdag.fill" (dict "text" $texts.skipped "fields" (dict "skipped" (sub $count (mul 2 $half)))) }}
 {{- end }}
 {{- if or (not $short) (lt (int $node.rank) $half) (ge (int $node.rank) (sub $count $half)) }}
-{{ $prefix }}{{ regexReplaceAll " +$" (printf $row (int $widths.rank) (toString $node.rank) (int $widths.node) $node.name (int $widths.address) $node.address (int $widths.nic) ($node.nic | default "-") (int $widths.accelerator) $node.accelerator (int $widths.devices) (toString $node.devices) $node.shape.name) "" }}
+{{ $prefix }}{{ include "torchdag.summaryRow" (dict "columns" $columns "widths" $widths "cells" (include "torchdag.summaryCells" $node | fromJson)) }}
 {{- end }}
 {{- end }}
+{{- end -}}
+
+{{/* One node's cells in the summary table, by column (catalogue summary.columns), as JSON. */}}
+{{- define "torchdag.summaryCells" -}}
+{{- toJson (dict "rank" (toString .rank) "node" .name "address" .address "nic" (.nic | default "-") "accelerator" .accelerator "devices" (toString .devices) "template" .shape.name) -}}
+{{- end -}}
+
+{{/* One line of the summary table: the first column right-aligned, the others left-aligned, trailing spaces dropped. Takes (dict "columns" "widths" "cells"). */}}
+{{- define "torchdag.summaryRow" -}}
+{{- $parts := list }}{{ range $index, $column := .columns }}{{ $parts = append $parts (printf (ternary "%*s" "%-*s" (eq $index 0)) (int (index $.widths $column)) (index $.cells $column)) }}{{ end -}}
+{{- regexReplaceAll " +$" (join "  " $parts) "" -}}
 {{- end -}}
 
 {{/* The summary as YAML comments, as render.py writes it above the Workflow. Takes (dict "plan" "values"). */}}
 {{- define "torchdag.summaryComment" -}}
 {{ include "torchdag.summary" (dict "plan" .plan "values" .values "short" false "prefix" "# ") }}
-# Rendered by torchdag: edit the values file, not this file.
+# {{ .plan.catalog.summary.footer }}
 {{- end -}}
 

@@ -23,7 +23,7 @@ names. Usage: include "torchdag.plan" (dict "root" $ "plan" $plan)
 {{- $backend := $v.backend -}}
 {{- $reason := $cat.backendReasons.set -}}
 {{- if eq $backend "auto" -}}
-{{- $kind := dict "kind" ((index $nodes 0).accelerator | default "cpu") -}}
+{{- $kind := dict "kind" ((index $nodes 0).accelerator | default $cat.defaultAccelerator) -}}
 {{- $backend = (index $cat.kinds $kind.kind).backend -}}
 {{- $reason = include "torchdag.fill" (dict "text" $cat.backendReasons.auto "fields" $kind) -}}
 {{- $limit := include "torchdag.hcclLimit" (dict "catalog" $cat "kind" $kind.kind "values" $v) | fromJson -}}
@@ -31,9 +31,10 @@ names. Usage: include "torchdag.plan" (dict "root" $ "plan" $plan)
 {{- end -}}
 
 {{- /* plan.job_facts: what every shape shares */ -}}
+{{- $nodeName := include "torchdag.fill" (dict "text" $cat.nodeName "fields" (dict "rank" "%d")) }}{{/* catalog.node_name as a printf format */ -}}
 {{- $timeouts := $v.timeouts -}}
 {{- $pg := $timeouts.processGroup -}}
-{{- $job := dict "backend" $backend "nnodes" (toString (len $nodes)) "masterAddress" (ternary (include "torchdag.fill" (dict "text" $cat.network.masterAddress "fields" (dict "run" $cat.network.run "clusterDomain" $v.network.clusterDomain))) ($master.address | default $master.name) $pod) "port" (printf "%d" (int64 $v.port)) "python" $v.launcher.python -}}
+{{- $job := dict "backend" $backend "nnodes" (toString (len $nodes)) "masterAddress" (ternary (include "torchdag.fill" (dict "text" $cat.network.masterAddress "fields" (dict "master" (printf $nodeName 0) "run" $cat.network.run "clusterDomain" $v.network.clusterDomain))) ($master.address | default $master.name) $pod) "port" (printf "%d" (int64 $v.port)) "python" $v.launcher.python -}}
 {{- $_ := set $job "preflightTimeout" (printf "%d" (int64 $v.preflight.timeout)) -}}
 {{- $_ := set $job "launcherMaxRestarts" (ternary "" (printf "%d" (int64 $v.launcher.maxRestarts)) (kindIs "invalid" $v.launcher.maxRestarts)) -}}
 {{- range $fact, $seconds := dict "rendezvous" $timeouts.rendezvous "pgTimeout" $pg "hcclConnect" $timeouts.hcclConnect -}}
@@ -44,11 +45,11 @@ names. Usage: include "torchdag.plan" (dict "root" $ "plan" $plan)
 {{- include "torchdag.recoveryFacts" (dict "plan" $plan "job" $job "values" $v "catalog" $cat) }}{{ $nodeRecovery := $plan.nodeRecovery }}{{ $elasticFrom := $plan.elasticFrom -}}
 {{- $_ := set $job "whitelistDisable" $v.ascend.whitelistDisable -}}
 {{- $_ := merge $job (dict "podNetwork" $pod "rendezvousWait" (printf "%d" (int64 ($timeouts.rendezvous | default $cat.network.rendezvousDefault)))) -}}
-{{- range $container.parameters }}{{ $name := . }}{{ if kindIs "map" . }}{{ $name = .value }}{{ end }}{{ $_ := set $job (printf "input:%s" $name) (include "torchdag.fill" (dict "text" $container.inputParameter "fields" (dict "name" $name))) }}{{ end -}}
+{{- $inputs := dict }}{{ range $container.parameters }}{{ $name := . }}{{ if kindIs "map" . }}{{ $name = .value }}{{ end }}{{ $_ := set $inputs $name (include "torchdag.fill" (dict "text" $container.inputParameter "fields" (dict "name" $name))) }}{{ $_ := set $job (printf "input:%s" $name) (index $inputs $name) }}{{ end -}}
 
 {{- /* the job-wide parts of every container */ -}}
 {{- $mountsDriver := false -}}
-{{- range $nodes }}{{ if (index $cat.kinds (.accelerator | default "cpu")).ascend }}{{ $mountsDriver = $v.ascend.mountDriver }}{{ end }}{{ end -}}
+{{- range $nodes }}{{ if (index $cat.kinds (.accelerator | default $cat.defaultAccelerator)).ascend }}{{ $mountsDriver = $v.ascend.mountDriver }}{{ end }}{{ end -}}
 {{- $userEnv := list -}}
 {{- range $name, $value := $v.env }}{{ $userEnv = append $userEnv (list $name (replace "$" "$$" $value)) }}{{ end -}}
 {{- /* torchrun's ${local_rank} macro reads $$ as $ too: the script and its args are escaped twice (on JSON text) */ -}}
@@ -72,10 +73,10 @@ names. Usage: include "torchdag.plan" (dict "root" $ "plan" $plan)
 {{- range $pass := list "master" "others" -}}
 {{- range $index, $node := $nodes -}}
 {{- if eq (eq $index $masterIndex) (eq $pass "master") -}}
-{{- $kind := $node.accelerator | default "cpu" -}}
+{{- $kind := $node.accelerator | default $cat.defaultAccelerator -}}
 {{- $entry := index $cat.kinds $kind -}}
 {{- $devices := int64 ($node.devices | default 1) -}}
-{{- $address := ternary (printf "node-%d" $rank) ($node.address | default $node.name) $pod -}}
+{{- $address := ternary (printf $nodeName $rank) ($node.address | default $node.name) $pod -}}
 {{- $nic := $node.nic | default (ternary $v.network.nic "" $pod) -}}
 {{- $nicMode := ternary "none" (ternary "auto" "named" (eq $nic "auto")) (eq $nic "") -}}
 {{- $hasIfIp := and $entry.ifIp (not $pod) (regexMatch $cat.ipv4 $address) -}}
@@ -93,7 +94,7 @@ names. Usage: include "torchdag.plan" (dict "root" $ "plan" $plan)
 {{- range $device, $info := $cat.devices }}{{ $_ := set $facts $device (eq $device $entry.device) }}{{ end -}}
 {{- $setEnv := and $entry.ascend $v.ascend.setEnvScript -}}
 {{- $command := list -}}
-{{- if $setEnv }}{{ $command = list "/bin/bash" "-c" $cat.setEnvWrapper "torchdag-set-env" (replace "$" "$$" $setEnv) }}{{ end -}}
+{{- if $setEnv }}{{ $command = append (include "torchdag.items" (dict "items" $cat.setEnvCommand "facts" (dict "wrapper" $cat.setEnvWrapper)) | fromJsonArray) (replace "$" "$$" $setEnv) }}{{ end -}}
 {{- $words := list -}}
 {{- if or $v.preflight.enabled (eq $nicMode "auto") $pod }}{{ $words = concat $v.preflight.command (include "torchdag.items" (dict "items" $container.preflightArgs "facts" $facts) | fromJsonArray) }}{{ end -}}
 {{- $words = concat $words (include "torchdag.items" (dict "items" (index $container.launchers $v.launcher.type) "facts" $facts) | fromJsonArray) -}}
@@ -114,7 +115,7 @@ names. Usage: include "torchdag.plan" (dict "root" $ "plan" $plan)
 {{- $given := dict "host" $node.name "node-rank" (toString $rank) "nic" $nic "if-ip" $address "restart" $container.argoArguments.restart -}}
 {{- $arguments := list -}}
 {{- range $shape.parameters }}{{ if hasKey $given . }}{{ $arguments = append $arguments (list . (index $given .)) }}{{ end }}{{ end -}}
-{{- $_ := set $planned (printf "%08d" $rank) (dict "task" (printf "node-%d" $rank) "rank" $rank "name" $node.name "address" $address "nic" $nic "accelerator" $kind "devices" $devices "shape" $shape "arguments" $arguments) -}}
+{{- $_ := set $planned (printf "%08d" $rank) (dict "task" (printf $nodeName $rank) "rank" $rank "name" $node.name "address" $address "nic" $nic "accelerator" $kind "devices" $devices "shape" $shape "arguments" $arguments) -}}
 {{- $worldSize = add $worldSize $devices -}}
 {{- $rank = add1 $rank -}}
 {{- end -}}
@@ -132,7 +133,7 @@ names. Usage: include "torchdag.plan" (dict "root" $ "plan" $plan)
 
 {{- /* plan.volumes */ -}}
 {{- $volumes := list -}}
-{{- if $v.shmSize }}{{ $volumes = append $volumes (dict "name" $cat.shmVolume.name "emptyDir" (dict "medium" "Memory" "sizeLimit" (include "torchdag.quantity" $v.shmSize))) }}{{ end -}}
+{{- if $v.shmSize }}{{ $volumes = append $volumes (dict "name" $cat.shmVolume.name "emptyDir" (dict "medium" $cat.shmVolume.medium "sizeLimit" (include "torchdag.quantity" $v.shmSize))) }}{{ end -}}
 {{- if $mountsDriver -}}
 {{- $driver := dict "driver" (regexReplaceAll "/+$" $v.ascend.driverPath "") -}}
 {{- range $cat.ascendMounts }}{{ $volumes = append $volumes (dict "name" .name "hostPath" (dict "path" (include "torchdag.fill" (dict "text" .hostPath "fields" $driver)) "type" .type)) }}{{ end -}}
@@ -156,8 +157,8 @@ names. Usage: include "torchdag.plan" (dict "root" $ "plan" $plan)
 
 {{- /* network.network_plan and node_depends: the run's Service, what each node pod adds, what node tasks wait for */ -}}
 {{- $net := $cat.network -}}
-{{- $facts := dict "run" $net.run "runLabel" $net.runLabel "port" (printf "%d" (int64 $v.port)) "job" (toJson $v.name) -}}
-{{- if $pod }}{{ $_ := set $plan "network" (dict "run" $net.run "label" (list $net.runLabel $net.run) "patch" (include "torchdag.items" (dict "items" $net.podSpecPatch "facts" $facts) | fromJsonArray) "manifest" (include "torchdag.items" (dict "items" $net.service "facts" $facts) | fromJsonArray)) }}{{ end -}}
+{{- $facts := dict "run" $net.run "runLabel" $net.runLabel "jobLabel" $cat.labels.job "port" (printf "%d" (int64 $v.port)) "job" (toJson $v.name) "hostname" (include "torchdag.fill" (dict "text" $cat.nodeName "fields" (dict "rank" (index $inputs "node-rank")))) -}}
+{{- if $pod }}{{ $_ := set $plan "network" (dict "run" $net.run "task" $net.task "label" (list $net.runLabel $net.run) "patch" (include "torchdag.items" (dict "items" $net.podSpecPatch "facts" $facts) | fromJsonArray) "manifest" (include "torchdag.items" (dict "items" $net.service "facts" $facts) | fromJsonArray)) }}{{ end -}}
 {{- $_ := set $plan "depends" (join " && " (compact (list (ternary $cat.gangTask "" (and $plan.gang $plan.gang.manifest | not | not)) (ternary $net.task "" $pod) (ternary $cat.agents.task "" (not (empty $agents)))))) -}}
 
 {{- /* plan.node_loops: past argoFullCrdMaxItems DAG tasks, each shape's machines in withItems tasks of at most maxItems */ -}}
@@ -196,10 +197,10 @@ names. Usage: include "torchdag.plan" (dict "root" $ "plan" $plan)
 {{- with $capabilities }}{{ $_ := set $security "capabilities" . }}{{ end -}}
 {{- with $wanted.seccompProfile }}{{ $_ := set $security "seccompProfile" . }}{{ end -}}
 
-{{- $labels := dict "torchdag.io/job" $v.name -}}
+{{- $labels := dict $cat.labels.job $v.name -}}
 {{- range $key, $value := $v.labels }}{{ $_ := set $labels $key $value }}{{ end -}}
 {{- range $field, $value := dict "agents" $agents "security" $security "nodes" $planned "shapes" $shapes "volumes" $volumes "labels" $labels
-      "worldSize" $worldSize "master" (index $planned (printf "%08d" 0)) "masterAddress" $job.masterAddress "backend" $backend "backendReason" $reason "catalog" $cat -}}
+      "worldSize" $worldSize "master" (index $planned (printf "%08d" 0)) "masterAddress" $job.masterAddress "inputs" $inputs "backend" $backend "backendReason" $reason "catalog" $cat -}}
 {{- $_ := set $plan $field $value -}}
 {{- end -}}
 {{- end -}}
@@ -222,7 +223,7 @@ names. Usage: include "torchdag.plan" (dict "root" $ "plan" $plan)
 {{- with $entry.podGroup -}}
 {{- $facts := dict "count" (toString $count) "timeout" (printf "%d" (int64 $scheduling.timeout)) "queue" (ternary (toJson $scheduling.queue) "" (not (empty $scheduling.queue))) -}}
 {{- $_ := set $facts "priorityClassName" (ternary (toJson $v.workflow.priorityClassName) "" (not (empty $v.workflow.priorityClassName))) -}}
-{{- $manifest := list (printf "apiVersion: %s" (toJson .apiVersion)) "kind: \"PodGroup\"" "metadata:" (printf "  name: %s" (toJson $group)) "spec:" -}}
+{{- $manifest := include "torchdag.items" (dict "items" $.catalog.podGroupManifest "facts" (dict "apiVersion" (toJson .apiVersion) "name" (toJson $group))) | fromJsonArray -}}
 {{- range include "torchdag.items" (dict "items" .spec "facts" $facts) | fromJsonArray }}{{ $manifest = append $manifest (printf "  %s: %s" (index . 0) (index . 1)) }}{{ end -}}
 {{- $totals := dict -}}
 {{- range $_, $node := ternary $.nodes dict .minResources -}}

@@ -42,6 +42,7 @@ it waits for, whether the DAG goes on without it, its arguments). Takes (dict "p
 (and, with elastic members, the host check). Takes (dict "plan" "values"). */}}
 {{- define "torchdag.nodeRetry" }}
   {{- $plan := .plan }}
+  {{- $check := $plan.catalog.hostCheck }}
   {{- with $plan.nodeRetry }}
   {{- $retry := . }}
   {{- range $shape := $plan.shapes }}
@@ -65,15 +66,15 @@ it waits for, whether the DAG goes on without it, its arguments). Takes (dict "p
       {{- end }}
     steps:
     {{- if lt (int $plan.elasticFrom) (len $plan.nodes) }}
-    - - name: "host-check"
-        template: "host-check"
-        when: "{{ "{{" }}retries{{ "}}" }} > 0"
+    - - name: {{ toJson $check.task }}
+        template: {{ toJson $check.task }}
+        when: "{{ include "torchdag.fill" (dict "text" $check.when "fields" (dict "retries" $plan.catalog.container.argoArguments.restart)) }}"
         arguments:
           parameters:
           - name: "host"
-            value: "{{ "{{" }}inputs.parameters.host{{ "}}" }}"
+            value: {{ index $plan.inputs "host" | toJson }}
     {{- end }}
-    - - name: "train"
+    - - name: {{ toJson $plan.catalog.container.retryStep }}
         template: {{ toJson $shape.name }}
         arguments:
           parameters:
@@ -84,7 +85,7 @@ it waits for, whether the DAG goes on without it, its arguments). Takes (dict "p
   {{- end }}
   {{- if lt (int $plan.elasticFrom) (len $plan.nodes) }}
   # A retried elastic member's host still takes pods: else it fails within rejoinSeconds.
-  - name: "host-check"
+  - name: {{ toJson $check.task }}
     timeout: {{ toJson (printf "%ds" (int64 $.values.elastic.rejoinSeconds)) }}
     inputs:
       parameters:
@@ -94,21 +95,23 @@ it waits for, whether the DAG goes on without it, its arguments). Takes (dict "p
         requiredDuringSchedulingIgnoredDuringExecution:
           nodeSelectorTerms:
           - matchExpressions:
-            - key: "kubernetes.io/hostname"
+            - key: {{ toJson $plan.catalog.hostLabel }}
               operator: "In"
               values:
-              - "{{ "{{" }}inputs.parameters.host{{ "}}" }}"
+              - {{ index $plan.inputs "host" | toJson }}
     container:
       image: {{ toJson $.values.image }}
       imagePullPolicy: {{ toJson $.values.imagePullPolicy }}
       command:
       - {{ toJson $.values.launcher.python }}
-      - "-c"
-      - ""
+      {{- range $check.args }}
+      - {{ toJson . }}
+      {{- end }}
       resources:
         requests:
-          "cpu": "10m"
-          "memory": "32Mi"
+          {{- range $key, $value := $check.requests }}
+          {{ toJson $key }}: {{ toJson $value }}
+          {{- end }}
       {{- include "torchdag.containerSecurity" $plan.security }}
   {{- end }}
   {{- end }}

@@ -42,7 +42,7 @@ worded by the catalogue's `messages`; one line per problem, all at once. (dict "
 {{- if and $node.master (ge $masterIndex 0) -}}
 {{- $problems = append $problems (include "torchdag.problem" (list $cat "node-two-masters" (printf "nodes[%d].master" $index) (dict "first" $masterIndex))) -}}
 {{- else if $node.master }}{{ $masterIndex = $index }}{{ end -}}
-{{- $kind := $node.accelerator | default "cpu" -}}
+{{- $kind := $node.accelerator | default $cat.defaultAccelerator -}}
 {{- if not (has $kind $distinct) }}{{ $distinct = append $distinct $kind }}{{ end -}}
 {{- if and $rules.devices (not $otherDevice) (not (has (index $cat.kinds $kind).device $rules.devices)) }}{{ $otherDevice = dict "index" $index "kind" $kind }}{{ end -}}
 {{- end -}}
@@ -90,7 +90,7 @@ worded by the catalogue's `messages`; one line per problem, all at once. (dict "
 {{- $taken := dict -}}
 {{- if $v.shmSize }}{{ $_ := set $taken $cat.shmVolume.mountPath (dict "rule" "volume-on-shm") }}{{ end -}}
 {{- range $node := $v.nodes -}}
-{{- if and (index $cat.kinds ($node.accelerator | default "cpu")).ascend ($v.ascend | default dict).mountDriver -}}
+{{- if and (index $cat.kinds ($node.accelerator | default $cat.defaultAccelerator)).ascend ($v.ascend | default dict).mountDriver -}}
 {{- range $cat.ascendMounts }}{{ $_ := set $taken .mountPath (dict "rule" "volume-on-driver" "mount" .name) }}{{ end -}}
 {{- end -}}
 {{- end -}}

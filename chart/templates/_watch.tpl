@@ -5,7 +5,7 @@
 {{- with .plan.gang }}{{ $group = (index $cat.gangs .kind).podGroup | default dict }}{{ end -}}
 {{- $facts := merge (dict "group" $cat.gangName "count" (toString (len .nodes)) "gang" (not (empty .plan.gang)) "timeout" (printf "%d" (int64 .values.scheduling.timeout)) "podGroup" (not (empty $group))) $group -}}
 {{- $command := concat .values.scheduling.watchCommand (include "torchdag.items" (dict "items" $cat.watch.args "facts" $facts) | fromJsonArray) -}}
-{{- $_ := set .plan "watch" (dict "task" (index $cat.watch.task (ternary "gang" "none" (not (empty .plan.gang)))) "command" (replace "$" "$$" (toJson $command) | fromJsonArray) "requests" $cat.watch.requests) -}}
+{{- $_ := set .plan "watch" (dict "task" (index $cat.watch.task (ternary "gang" "none" (not (empty .plan.gang)))) "command" (replace "$" "$$" (toJson $command) | fromJsonArray) "requests" $cat.watch.requests "env" $cat.watch.env) -}}
 {{- end -}}
 
 {{/* templates/watch.yaml.j2: the watch's template, after the gang's (with a gang) or after the node templates. */}}
@@ -20,7 +20,7 @@
   - name: {{ toJson $plan.watch.task }}
     metadata:
       labels:
-        "torchdag.io/role": {{ toJson $plan.watch.task }}
+        {{ toJson $plan.catalog.labels.role }}: {{ toJson $plan.watch.task }}
     container:
       image: {{ toJson $v.image }}
       imagePullPolicy: {{ toJson $v.imagePullPolicy }}
@@ -29,8 +29,10 @@
       - {{ toJson . }}
       {{- end }}
       env:
-      - name: "PYTHONUNBUFFERED"
-        value: "1"
+      {{- range $plan.watch.env }}
+      - name: {{ index . 0 | toJson }}
+        value: {{ index . 1 | toJson }}
+      {{- end }}
       {{- include "torchdag.agentsMount" $plan }}
       resources:
         requests:

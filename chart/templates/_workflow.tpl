@@ -37,7 +37,7 @@ metadata:
     {{- end }}
   {{- end }}
 spec:
-  entrypoint: "train"
+  entrypoint: {{ toJson $plan.catalog.entrypoint }}
   {{- with $v.timeouts.workflowDeadline }}
   activeDeadlineSeconds: {{ int64 . }}
   {{- end }}
@@ -162,7 +162,7 @@ spec:
   {{- end }}
   {{- end }}
   templates:
-  - name: "train"
+  - name: {{ toJson $plan.catalog.entrypoint }}
     {{- with $plan.retry }}
     retryStrategy:
       limit: {{ toJson .limit }}
@@ -187,9 +187,9 @@ spec:
         template: {{ toJson $plan.watch.task }}
         {{- include "torchdag.agentsDepends" $plan }}
       {{- end }}
-      {{- if $plan.network }}
-      - name: "service"
-        template: "service"
+      {{- with $plan.network }}
+      - name: {{ toJson .task }}
+        template: {{ toJson .task }}
       {{- end }}
       {{- if not $plan.loops }}
       {{- range $plan.nodes }}
@@ -230,7 +230,7 @@ spec:
   {{- end }}
   {{- with $plan.network }}
   # The run's headless Service: a DNS name per node pod (node-<rank>.<run>), deleted with the Workflow.
-  - name: "service"
+  - name: {{ toJson .task }}
     resource:
       action: "apply"
       setOwnerReference: true
@@ -266,7 +266,7 @@ spec:
         {{ index . 0 | toJson }}: {{ index . 1 | toJson }}
         {{- end }}
         {{- end }}
-        "torchdag.io/node-rank": "{{`{{inputs.parameters.node-rank}}`}}"
+        {{ toJson $plan.catalog.labels.nodeRank }}: {{ index $plan.inputs "node-rank" | toJson }}
         {{- with $plan.network }}
         {{ index .label 0 | toJson }}: {{ index .label 1 | toJson }}
     podSpecPatch: |
@@ -286,10 +286,10 @@ spec:
         requiredDuringSchedulingIgnoredDuringExecution:
           nodeSelectorTerms:
           - matchExpressions:
-            - key: "kubernetes.io/hostname"
+            - key: {{ toJson $plan.catalog.hostLabel }}
               operator: "In"
               values:
-              - "{{`{{inputs.parameters.host}}`}}"
+              - {{ index $plan.inputs "host" | toJson }}
     container:
       image: {{ toJson $v.image }}
       imagePullPolicy: {{ toJson $v.imagePullPolicy }}

@@ -18,8 +18,8 @@ import platform
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+from torchdag import pipeline
 from torchdag.catalog import resource_name
-from torchdag.pipeline import valid_values
 from torchdag.plan import make_plan
 
 from .up import ClusterError
@@ -35,7 +35,7 @@ KUBELET_VERSION = "v1.37.2"  # the control plane's release; no kubelet of it run
 
 def node_objects(values_path: str, capacity: dict[str, str] | None = None) -> list[dict]:
     """The Node objects for every node of the values file (rank order), status included."""
-    values = valid_values(values_path)
+    values = pipeline.validate(pipeline.load(values_path))
     plan = make_plan(values)
     now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     arch = {"x86_64": "amd64", "aarch64": "arm64"}.get(platform.machine(), platform.machine())

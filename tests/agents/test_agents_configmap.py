@@ -17,7 +17,7 @@ from helpers import write
 from sync_chart import agent_files
 from testbed.kubelet.kubelet import Kubelet
 from testbed.runtime import Options
-from torchdag.pipeline import build
+from torchdag import pipeline
 
 AGENTS = "/opt/torchdag/trainer/agents"
 VALUES = """
@@ -37,7 +37,8 @@ def test_the_helpers_hold_no_argo_tag():
 
 
 def rendered(tmp_path) -> dict:
-    return next(d for d in yaml.safe_load_all(build(write(tmp_path, VALUES, "byo.yaml"))) if d and "spec" in d)
+    text = pipeline.run(write(tmp_path, VALUES, "byo.yaml")).text
+    return next(d for d in yaml.safe_load_all(text) if d and "spec" in d)
 
 
 def test_the_configmap_gives_the_files_back_byte_for_byte(tmp_path):

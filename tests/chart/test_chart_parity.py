@@ -321,11 +321,11 @@ def test_null_without_meaning_is_refused_by_both(helm, line, tmp_path):
                                                                                              "") + line + "\n",
                                                                                              encoding="utf-8")
     field = line.split(":")[0] if "{" not in line else "launcher.type"
+    from torchdag import pipeline
     from torchdag.errors import ValuesError
-    from torchdag.pipeline import build
 
     with pytest.raises(ValuesError, match=f"{re.escape(field)}: is null"):
-        build(path)
+        pipeline.run(path)
     result = helm_template(helm, path)  # a rule the schema states (null-deletes-default): helm names the field
     assert result.returncode != 0, result.stderr
     assert any(spelling in result.stderr for spelling in helm_spellings(field)), result.stderr

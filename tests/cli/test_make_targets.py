@@ -31,14 +31,14 @@ def test_help_lists_every_documented_target_in_one_column():
 
 
 def test_make_helm_prints_the_charts_workflow_with_render_pys_spec(helm):
-    from torchdag.pipeline import build
+    from torchdag import pipeline
 
     values = EXAMPLES_DIR / "cpu.yaml"
     done = make("helm", f"VALUES={values}", f"HELM={helm}", "RELEASE=train")
     assert done.returncode == 0, done.stderr
     workflow = done.stdout[done.stdout.index("# Source: torchdag/templates/workflow.yaml"):]
     assert "\nkind: Workflow\n" in workflow and '\n  name: "train"\n' in workflow
-    assert spec_text(workflow) == spec_text(build(values))
+    assert spec_text(workflow) == spec_text(pipeline.run(values).text)
 
 
 def test_make_helm_refuses_what_the_chart_refuses(helm, tmp_path):

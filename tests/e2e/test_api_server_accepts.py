@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, Phase, given, settings
 from test_chart_parity import _QuotedDumper, values_strategy
 
 from argo_helpers import task_pods
-from torchdag.pipeline import build
+from torchdag import pipeline
 
 pytestmark = [pytest.mark.go, pytest.mark.e2e]
 
@@ -50,7 +50,7 @@ def test_what_torchdag_accepts_the_api_server_accepts(local_cluster, values):
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "values.yaml"
         path.write_text(given_text, encoding="utf-8")
-        text = build(path)
+        text = pipeline.run(path).text
     documents = [d for d in yaml.safe_load_all(text) if d]
     workflow = next(d for d in documents if d["kind"] in ("Workflow", "WorkflowTemplate"))
     namespace = workflow["metadata"].get("namespace") or "default"
@@ -84,7 +84,7 @@ def test_the_full_crds_take_every_job_size_render_py_accepts(local_cluster, tmp_
 
     for n in (198, 200, 1024, 4096):
         document = next(d for d in yaml.safe_load_all(
-            build(big_values(tmp_path / "v.yaml", n, "failurePolicy: {maxRestarts: 1}\n"))) if d)
+            pipeline.run(big_values(tmp_path / "v.yaml", n, "failurePolicy: {maxRestarts: 1}\n")).text) if d)
         assert dry_run(local_cluster, document, "default") is None, n
         if n == 198:
             tasks = document["spec"]["templates"][0]["dag"]["tasks"]

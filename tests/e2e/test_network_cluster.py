@@ -15,7 +15,7 @@ from kubelet_cluster_helpers import KubeletProcess, delete_nodes, dump, kubeconf
 
 from helpers import REPO, free_port
 from testbed.kube import Kube
-from torchdag.pipeline import build
+from torchdag import pipeline
 
 pytestmark = [pytest.mark.go, pytest.mark.torch, pytest.mark.e2e]  # the control plane and Argo from Go; real torchrun
 ARGOEXEC = REPO / ".tools" / "bin" / "argoexec"
@@ -69,7 +69,7 @@ def submit(kube: Kube, tmp_path, namespace: str, values: dict) -> str:
     values = {"port": free_port(), **values}
     path = tmp_path / f"{values['name']}.yaml"
     path.write_text(yaml.safe_dump(values))
-    doc = next(d for d in yaml.safe_load_all(build(path)) if d and d.get("kind") == "Workflow")
+    doc = next(d for d in yaml.safe_load_all(pipeline.run(path).text) if d and d.get("kind") == "Workflow")
     created = kube.request("POST", f"/apis/argoproj.io/v1alpha1/namespaces/{namespace}/workflows", body=doc)
     return created["metadata"]["name"]
 

@@ -23,7 +23,7 @@ from kubelet_cluster_helpers import kubeconfig_for
 from required import missing, netns_unavailable
 
 from helpers import REPO
-from torchdag.pipeline import build
+from torchdag import pipeline
 
 pytestmark = [pytest.mark.go, pytest.mark.netns]
 BIN = REPO / ".tools" / "bin"
@@ -113,7 +113,7 @@ def test_preflight_waits_for_the_masters_name_from_cluster_dns_then_starts_the_l
     kubectl(kubeconfig, "create", "namespace", namespace)
     try:
         # The run's Service as rendered (its `service` task's manifest), and rank 0's pod as Argo makes it.
-        doc = yaml.safe_load(build(REPO / "tests" / "cases" / "pod-network.yaml"))
+        doc = yaml.safe_load(pipeline.run(REPO / "tests" / "cases" / "pod-network.yaml").text)
         manifest = next(t for t in doc["spec"]["templates"] if t["name"] == "service")["resource"]["manifest"]
         kubectl(kubeconfig, "apply", "-n", namespace, "-f", "-",
                 stdin=manifest.replace("{{workflow.name}}", run_name))  # the case's port is PORT

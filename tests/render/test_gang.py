@@ -14,8 +14,8 @@ import yaml
 from argo_helpers import task_pods, validate_argo, validate_kubernetes
 from chart_helpers import documents, helm_template
 from helpers import REPO
+from torchdag import pipeline
 from torchdag.errors import ValuesError
-from torchdag.pipeline import build
 
 CASES = {kind: REPO / "tests" / "cases" / f"gang-{kind}.yaml" for kind in ("volcano", "kueue", "coscheduling")}
 GROUP = "{{workflow.name}}"  # one gang per run
@@ -23,7 +23,7 @@ RUN = "wf-test"  # the run name argo_helpers.task_pods substitutes, as Argo woul
 
 
 def workflow(path: Path) -> dict:
-    docs = [d for d in yaml.safe_load_all(build(path)) if d]
+    docs = [d for d in yaml.safe_load_all(pipeline.run(path).text) if d]
     (doc,) = [d for d in docs if d["kind"] in ("Workflow", "WorkflowTemplate")]
     return doc
 
@@ -98,8 +98,8 @@ def test_gang_none_is_the_default_and_adds_nothing(tmp_path):
     plain = REPO / "examples" / "cpu.yaml"
     explicit = tmp_path / "cpu.yaml"
     explicit.write_text(plain.read_text() + "scheduling: {gang: none}\n")
-    assert build(explicit) == build(plain)
-    text = build(plain)
+    assert pipeline.run(explicit).text == pipeline.run(plain).text
+    text = pipeline.run(plain).text
     assert "schedulerName" not in text and "PodGroup" not in text and "gang-watch" not in text
 
 
@@ -107,7 +107,7 @@ def test_kueue_needs_a_queue_in_both_renderers(helm, tmp_path):
     path = tmp_path / "v.yaml"
     path.write_text(CASES["kueue"].read_text().replace("  queue: research\n", ""))
     with pytest.raises(ValuesError, match="scheduling.queue: must name the Kueue LocalQueue"):
-        build(path)
+        pipeline.run(path)
     result = helm_template(helm, path)
     # a rule the schema states (x-rule kueue-queue): helm names the field, render.py words it
     assert result.returncode != 0 and "at '/scheduling/queue'" in result.stderr

@@ -13,7 +13,7 @@ import yaml
 from test_render_size import big_values
 
 from crd_helpers import podgroup_from_workflow, validate_crd_object
-from torchdag.pipeline import build
+from torchdag import pipeline
 
 pytestmark = pytest.mark.scale  # make test runs it; make test-fast leaves it out
 MACHINES = 4096
@@ -28,7 +28,7 @@ def rendered(tmp_path_factory) -> dict:
         path = big_values(tmp_path_factory.mktemp(kind) / "v.yaml", MACHINES,
                           f"scheduling: {scheduling}\nfailurePolicy: {{maxRestarts: 1}}\n"
                           "agents: {fromWorkflow: false}\n")
-        out[kind] = next(d for d in yaml.safe_load_all(build(path)) if d)
+        out[kind] = next(d for d in yaml.safe_load_all(pipeline.run(path).text) if d)
     return out
 
 

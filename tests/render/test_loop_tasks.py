@@ -10,7 +10,7 @@ from test_argolint import argolint, assert_valid  # noqa: F401 (a fixture)
 from test_render_size import big_values
 
 from chart_helpers import assert_same_workflow, helm_template
-from torchdag.pipeline import build
+from torchdag import pipeline
 
 # Every 7th machine alike: seven templates (devices, resources, NIC mode, address), the NIC
 # name differing within one of them, so some items carry it and some tasks pass it as is.
@@ -52,7 +52,7 @@ def test_argo_takes_loop_tasks_from_both_renderers(argolint, helm, tmp_path):  #
     files = []
     for values in [big_values(tmp_path / "1024.yaml", 1024, "failurePolicy: {maxRestarts: 1}\n"), *sizes(tmp_path)]:
         ours, theirs = values.with_suffix(".render.yaml"), values.with_suffix(".helm.yaml")
-        ours.write_text(build(values), encoding="utf-8")
+        ours.write_text(pipeline.run(values).text, encoding="utf-8")
         chart = helm_template(helm, values)
         assert chart.returncode == 0, chart.stderr
         theirs.write_text(chart.stdout, encoding="utf-8")

@@ -18,7 +18,8 @@ from argo_helpers import KUBERNETES_VERSION, container_process, task_pods, valid
 from chart_helpers import documents, helm_template
 from helpers import REPO
 from localrun_helpers import ENV, free_port
-from torchdag.pipeline import build, run
+from torchdag import pipeline
+from torchdag.pipeline import run
 
 CASES = REPO / "tests" / "cases"
 POD_CASES = [CASES / "pod-network.yaml", CASES / "pod-mixed-restricted.yaml"]
@@ -29,7 +30,7 @@ BASELINE_CAPABILITIES = {"AUDIT_WRITE", "CHOWN", "DAC_OVERRIDE", "FOWNER", "FSET
 
 
 def workflow(path) -> dict:
-    return yaml.safe_load(build(path))
+    return yaml.safe_load(pipeline.run(path).text)
 
 
 def service_of(doc: dict) -> dict:
@@ -136,14 +137,14 @@ def test_host_network_false_is_the_pod_network(tmp_path):
     text = (CASES / "pod-network.yaml").read_text()
     old = tmp_path / "old-key.yaml"
     old.write_text(text.replace("network: {mode: pod}", "hostNetwork: false"))
-    assert build(old) == build(CASES / "pod-network.yaml")
+    assert pipeline.run(old).text == pipeline.run(CASES / "pod-network.yaml").text
     default = tmp_path / "default.yaml"
     default.write_text(text.replace("network: {mode: pod}\n", "").replace("podSecurity: baseline\n", ""))
     assert workflow(default)["spec"]["hostNetwork"] is True  # host stays the default
 
 
 def test_the_table_names_the_pod_network_and_the_masters_name(tmp_path):
-    lines = build(CASES / "pod-network.yaml").split("\n---\n")[0].splitlines()
+    lines = pipeline.run(CASES / "pod-network.yaml").text.split("\n---\n")[0].splitlines()
     assert "# master: node-a (rank 0) at node-0.{{workflow.name}}.{{workflow.namespace}}.svc.cluster.local:29500" \
         in lines
     assert any(line.startswith("# network: pod (headless Service {{workflow.name}};") for line in lines)

@@ -69,7 +69,7 @@ def test_output_onto_a_fifo(tmp_path, capsys):
         capsys.readouterr()
         time.sleep(0.05)
     reader.join(10)
-    assert status == 0 and received == [pipeline.build(values)] and stat.S_ISFIFO(fifo.stat().st_mode)
+    assert status == 0 and received == [pipeline.run(values).text] and stat.S_ISFIFO(fifo.stat().st_mode)
 
 
 def test_replacing_a_file_keeps_its_mode_and_owner_and_its_links(tmp_path):
@@ -82,7 +82,7 @@ def test_replacing_a_file_keeps_its_mode_and_owner_and_its_links(tmp_path):
     link.symlink_to(existing.name)
     assert cli.main([str(values), "-o", str(link), "-q"]) == 0
     assert link.is_symlink() and os.readlink(link) == existing.name, "the link was replaced by a file"
-    assert existing.read_text(encoding="utf-8") == pipeline.build(values)
+    assert existing.read_text(encoding="utf-8") == pipeline.run(values).text
     status = existing.stat()
     assert stat.S_IMODE(status.st_mode) == 0o640 and (status.st_uid, status.st_gid) == owner
 
@@ -206,7 +206,7 @@ def test_summary_with_output_writes_the_workflow_and_prints_the_table(tmp_path, 
     out = tmp_path / "workflow.yaml"
     assert cli.torchdag_main(["render", str(EXAMPLE), "--summary", "-o", str(out)]) == 0
     assert capsys.readouterr().out == CLUSTER_SUMMARY
-    assert out.read_text(encoding="utf-8") == pipeline.build(EXAMPLE)
+    assert out.read_text(encoding="utf-8") == pipeline.run(EXAMPLE).text
 
 
 def test_summary_short_and_check(tmp_path, capsys):

@@ -17,10 +17,10 @@ from argo_helpers import container_process, task_pods, validate_argo, validate_k
 from bad_cases import BAD_CASES
 from golden import golden_pairs
 from helpers import REPO
+from torchdag import pipeline
 from torchdag.catalog import catalog
 from torchdag.cli import main
 from torchdag.errors import ValuesError
-from torchdag.pipeline import build, valid_values
 from torchdag.plan import is_pod
 
 RENDER_PY = [sys.executable, str(REPO / "render.py")]
@@ -30,7 +30,7 @@ PAIR_IDS = [f"{values.parent.name}/{values.stem}" for values, _ in PAIRS]
 
 
 def render_doc(path) -> dict:
-    return yaml.safe_load(build(path))
+    return yaml.safe_load(pipeline.run(path).text)
 
 
 # --- golden files -----------------------------------------------------------------
@@ -38,7 +38,7 @@ def render_doc(path) -> dict:
 @pytest.mark.parametrize("values,golden", PAIRS, ids=PAIR_IDS)
 def test_matches_golden(values: Path, golden: Path):
     assert golden.exists(), f"{golden.relative_to(REPO)} is missing: run `make golden` and review it"
-    assert build(values) == golden.read_text(encoding="utf-8"), (
+    assert pipeline.run(values).text == golden.read_text(encoding="utf-8"), (
         f"render.py output for {values.relative_to(REPO)} changed; if intended, run `make golden` and review the diff"
     )
 
@@ -98,7 +98,7 @@ def test_yamllint_strict_on_every_render(tmp_path):
     files = []
     for values, _ in PAIRS:
         out = tmp_path / f"{values.parent.name}-{values.name}"
-        out.write_text(build(values), encoding="utf-8")
+        out.write_text(pipeline.run(values).text, encoding="utf-8")
         files.append(str(out))
     result = subprocess.run([sys.executable, "-m", "yamllint", "--strict", "-c", str(REPO / ".yamllint"), *files],
                             capture_output=True, text=True)
@@ -238,7 +238,7 @@ def test_1024_nodes_stay_compact(tmp_path):
                           for i in range(n))
         path = tmp_path / f"n{n}.yaml"
         path.write_text(f"name: big\nimage: img:1\nscript: /t.py\nnodes:\n{nodes}\n")
-        return len(build(path).encode())
+        return len(pipeline.run(path).text.encode())
 
     small, large = render_n(2), render_n(1024)
     assert large < 1_000_000, "Argo rejects workflows over 1 MB"
@@ -305,7 +305,7 @@ def test_cli_writes_check_and_stdout(tmp_path):
     written = run(str(example), "-o", str(out))
     assert written.returncode == 0 and written.stdout == ""
     printed = run(str(example))
-    assert printed.stdout == out.read_text() == build(example)
+    assert printed.stdout == out.read_text() == pipeline.run(example).text
     checked = run("--check", str(example))
     assert checked.returncode == 0 and checked.stdout == ""
     assert not list(out.parent.glob(".*.tmp")), "temporary files must not be left behind"
@@ -350,7 +350,7 @@ def test_null_is_refused_where_absence_means_nothing(tmp_path):
     base = (REPO / "examples" / "cluster.yaml").read_text()
     values.write_text(base + "timeouts: null\nhostNetwork: null\nlauncher: {type: null}\n")
     with pytest.raises(ValuesError) as caught:
-        build(values)
+        pipeline.run(values)
     assert caught.value.lines() == [
         f"{values}: hostNetwork: is null, which would delete the default true; {KEEP}",
         f"{values}: launcher.type: is null, which would delete the default \"torchrun\"; {KEEP}",
@@ -358,7 +358,7 @@ def test_null_is_refused_where_absence_means_nothing(tmp_path):
     ]
     values.write_text(base.replace("port: 25195", "port: null"))
     with pytest.raises(ValuesError, match="port: is null, which would delete the default 29500"):
-        build(values)
+        pipeline.run(values)
     values.write_text(base + "timeouts: {workflowDeadline: null, rendezvous: null}\nlauncher: {maxRestarts: null}\n")
     doc = render_doc(values)
     argv, _ = container_process(task_pods(doc)["node-0"]["spec"]["containers"][0])
@@ -375,7 +375,7 @@ def test_plain_scalars_read_as_helm_reads_them(tmp_path):
     values = tmp_path / "cluster.yaml"
     values.write_text("name: n\nimage: i\nscript: /t.py\nnodes: [{name: a}]\n")
     with pytest.raises(ValuesError, match=r"name: must be a string, got boolean false"):
-        build(values)
+        pipeline.run(values)
     values.write_text("name: a\nimage: i\nscript: /t.py\nport: 3e4\nshmSize: 2e9\nnodes: [{name: a}]\n")
     doc = render_doc(values)
     assert "--master_port=30000" in doc["spec"]["templates"][1]["container"]["args"]
@@ -385,14 +385,14 @@ def test_plain_scalars_read_as_helm_reads_them(tmp_path):
 @pytest.mark.parametrize("values", [v for v, _ in PAIRS], ids=PAIR_IDS)
 def test_the_file_starts_with_every_nodes_rank_name_and_nic(values):
     """A reviewer reads the table first: one row per node, in rank order."""
-    text = build(values)
+    text = pipeline.run(values).text
     table = text[:text.index("\n---\n")].splitlines()
     assert all(line.startswith("#") for line in table)
     rows = [line[2:].split() for line in table if re.match(r"^#\s+\d+\s", line)]
     nodes = yaml.safe_load(values.read_text())["nodes"]
     master = next((i for i, node in enumerate(nodes) if node.get("master")), 0)
     in_rank_order = [nodes[master]] + [node for i, node in enumerate(nodes) if i != master]
-    merged = valid_values(values)  # on the pod network a node without nic uses network.nic
+    merged = pipeline.validate(pipeline.load(values))  # on the pod network a node without nic uses network.nic
     default_nic = merged["network"]["nic"] if is_pod(merged) else "-"
     assert [(row[0], row[1], row[3]) for row in rows] == [
         (str(rank), node["name"], node.get("nic") or default_nic) for rank, node in enumerate(in_rank_order)]

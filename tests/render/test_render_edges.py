@@ -18,8 +18,8 @@ import yaml
 from argo_helpers import container_process, task_pods
 from bad_cases import BASE
 from chart_helpers import argo_document, helm_template
+from torchdag import pipeline
 from torchdag.errors import ValuesError
-from torchdag.pipeline import build
 
 ARG_LIMIT = 131_071  # bytes of one argument or one NAME=value environment string
 KUBERNETES_ANNOTATIONS = 262_144  # bytes of all annotations of one object, keys and values
@@ -88,7 +88,7 @@ def test_one_argument_at_the_linux_limit_and_one_byte_over(helm, tmp_path, field
     assert exec_accepts(field, largest) and not exec_accepts(field, too_long)  # the kernel's own rule
 
     accepted = write(tmp_path, with_field(field, largest))
-    ours = yaml.safe_load(build(accepted))
+    ours = yaml.safe_load(pipeline.run(accepted).text)
     assert what_the_container_gets(ours, field) == largest
     chart = helm_template(helm, accepted)
     assert chart.returncode == 0, chart.stderr[-2000:]
@@ -99,7 +99,7 @@ def test_one_argument_at_the_linux_limit_and_one_byte_over(helm, tmp_path, field
     what = "an environment string" if field == "env.BIG" else "a single argument"
     line = f"{field}: is {shown} bytes; Linux refuses {what} over {ARG_LIMIT} bytes (MAX_ARG_STRLEN)"
     with pytest.raises(ValuesError) as caught:
-        build(refused)
+        pipeline.run(refused)
     assert caught.value.lines() == [f"{refused}: {line}"]
     chart = helm_template(helm, refused)
     assert chart.returncode != 0 and line in chart.stderr, chart.stderr[-2000:]
@@ -147,7 +147,7 @@ def test_annotations_at_their_limit_fit_every_object_argo_makes_of_them(helm, tm
         timeouts={"workflowDeadline": None},  # 100 restarts' backoff fits no deadline (rule restarts-past-deadline)
     )
     path = write(tmp_path, values)
-    doc = yaml.safe_load(build(path))
+    doc = yaml.safe_load(pipeline.run(path).text)
     assert annotation_bytes(doc["metadata"]["annotations"]) == ANNOTATION_LIMIT
     workflow = "n" * 52 + "-" + "x" * 5
     with_argo = {**doc["metadata"]["annotations"], "workflows.argoproj.io/pod-name-format": "v2"}
@@ -169,7 +169,7 @@ def test_annotations_one_byte_over_are_refused_by_both(helm, tmp_path):
         "their own to the Workflow and to every pod"
     )
     with pytest.raises(ValuesError) as caught:
-        build(path)
+        pipeline.run(path)
     assert caught.value.lines() == [f"{path}: {line}"]
     chart = helm_template(helm, path)
     assert chart.returncode != 0 and line in chart.stderr, chart.stderr[-2000:]

@@ -45,9 +45,9 @@ from hypothesis import strategies as st
 
 from argo_helpers import validate_argo
 from bad_cases import BASE
+from torchdag import pipeline
 from torchdag.cli import main
 from torchdag.errors import ValuesError, format_path
-from torchdag.pipeline import build
 from torchdag.values import load_schema
 
 LIMIT_S = 10
@@ -135,7 +135,7 @@ def test_any_values_render_or_fail_cleanly(values, tmp_path_factory):
     path.write_text(yaml.safe_dump(values, allow_unicode=True), encoding="utf-8")
     try:
         with hard_limit():
-            text = build(path)
+            text = pipeline.run(path).text
     except ValuesError as err:
         assert err.lines() and all(line.startswith(f"{path}: ") and "\n" not in line for line in err.lines())
         event("rejected")
@@ -395,6 +395,6 @@ def test_output_path_tricks(kind, mode):
         if kind == "a character device":
             assert stat.S_ISCHR(written.stat().st_mode), "the device was replaced by a regular file"
         else:
-            assert written.read_text(encoding="utf-8") == build(values)
+            assert written.read_text(encoding="utf-8") == pipeline.run(values).text
             if kind in ("an existing file", "a symlink to an existing file"):
                 assert stat.S_IMODE(written.stat().st_mode) == mode, "an existing file's mode changed"

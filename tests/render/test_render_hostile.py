@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from argo_helpers import container_process, task_pods, validate_argo
 from sync_chart import reserved_env
-from torchdag.pipeline import build
+from torchdag import pipeline
 
 NASTY = ["'", '"', ": ", " #", "#", "\n", "\r\n", "\t", "$(HOME)", "$$(HOME)", "$HOME", "$", "$(", ";", "`id`", "\\",
          "- ", "{", "}", "[", "]", "&anchor", "*alias", "!tag", "%", "@", "|", ">", "---", "...", "ünï", "训练", "✓",
@@ -75,7 +75,7 @@ def test_hostile_strings_arrive_byte_exact(values, tmp_path_factory):
     path = folder / "cluster.yaml"
     path.write_text(yaml.dump(values, Dumper=_QuotedDumper, allow_unicode=False), encoding="utf-8")
 
-    doc = yaml.safe_load(build(path))
+    doc = yaml.safe_load(pipeline.run(path).text)
     validate_argo(doc)
     pods = task_pods(doc)
     assert list(pods) == ["node-0", "node-1", "schedule-watch"]  # structure unchanged, whatever the strings
@@ -101,7 +101,7 @@ def test_wrapper_fails_clearly_without_set_env(tmp_path):
               "nodes": [{"name": "n", "accelerator": "ascend910"}]}
     path = tmp_path / "cluster.yaml"
     path.write_text(yaml.safe_dump(values))
-    argv, _ = container_process(task_pods(yaml.safe_load(build(path)))["node-0"]["spec"]["containers"][0])
+    argv, _ = container_process(task_pods(yaml.safe_load(pipeline.run(path).text))["node-0"]["spec"]["containers"][0])
     result = subprocess.run(argv, capture_output=True, text=True)
     assert result.returncode == 127
     # on stdout: a pod's log has both streams, and the wrapper stays free of `>&2` (see catalog.yaml)

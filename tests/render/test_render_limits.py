@@ -10,12 +10,13 @@ import yaml
 
 from argo_helpers import task_pods, validate_kubernetes
 from helpers import REPO
+from torchdag import pipeline
 from torchdag.errors import ValuesError
-from torchdag.pipeline import build
 
 
 def render_doc(path):
-    return next(d for d in yaml.safe_load_all(build(path)) if d and d.get("kind") in ("Workflow", "WorkflowTemplate"))
+    text = pipeline.run(path).text
+    return next(d for d in yaml.safe_load_all(text) if d and d.get("kind") in ("Workflow", "WorkflowTemplate"))
 
 
 def test_containers_are_locked_down_by_default_and_loosened_on_request(tmp_path):
@@ -46,7 +47,7 @@ def test_token_off_needs_an_executor_account_and_no_gang(tmp_path):
     values.write_text((REPO / "tests" / "cases" / "gang-volcano.yaml").read_text()
                       + "automountServiceAccountToken: false\n")
     with pytest.raises(ValuesError) as caught:
-        build(values)
+        pipeline.run(values)
     assert caught.value.lines() == [
         f"{values}: automountServiceAccountToken: must stay true with a gang scheduler: "
         "the gang watch reads the pods through the API",
@@ -63,7 +64,7 @@ def test_a_workflow_over_the_object_limit_is_refused_by_both(helm, tmp_path):
                        match=r"nodes: 1 nodes make a Workflow of 11\d{5} bytes as the API server stores it \(JSON\), "
                              r"over the 1048576-byte limit Argo's controller holds a Workflow to \(it ends a larger "
                              r"one in Error before its first pod\)"):
-        build(path)
+        pipeline.run(path)
     result = subprocess.run([helm, "template", "t", str(REPO / "chart"), "-f", str(path)], capture_output=True,
                             text=True, timeout=300)
     assert result.returncode != 0
@@ -84,4 +85,4 @@ def test_resource_names_are_overridable_per_kind(helm, tmp_path):
     assert yaml.safe_load(manifest)["spec"]["minResources"] == {"huawei.com/Ascend910B3": "32"}
     values.write_text((REPO / "examples" / "cpu.yaml").read_text() + "resourceNames: {ascend: huawei.com/npu}\n")
     with pytest.raises(ValuesError, match=r"resourceNames\['ascend'\]|resourceNames.ascend"):
-        build(values)
+        pipeline.run(values)

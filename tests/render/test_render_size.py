@@ -11,9 +11,9 @@ import pytest
 import yaml
 
 from helpers import REPO
+from torchdag import pipeline
 from torchdag.catalog import catalog
 from torchdag.errors import ValuesError
-from torchdag.pipeline import build
 from torchdag.render import check_documents, json_size
 
 sys.path.insert(0, str(REPO / "bench"))
@@ -40,15 +40,15 @@ def test_4096_nodes_of_8_fit_with_one_restart_not_two_unless_offloaded(helm, tmp
     tasks), so with one restart it fits beside the status Argo writes; with two only when
     the controller offloads node status."""
     path = big_values(tmp_path / "big.yaml", 4096, "failurePolicy: {maxRestarts: 1}\n")
-    (document,) = check_documents(build(path))
+    (document,) = check_documents(pipeline.run(path).text)
     assert json_size(document) <= 100 * 4096
     assert helm_template(helm, path).returncode == 0
     big_values(path, 4096, "failurePolicy: {maxRestarts: 2}\nworkflow: {nodeStatusOffload: true}\n")
-    (document,) = check_documents(build(path))
+    (document,) = check_documents(pipeline.run(path).text)
     spec = json_size(document)
     big_values(path, 4096, "failurePolicy: {maxRestarts: 2}\n")
     with pytest.raises(ValuesError) as refused:
-        build(path)
+        pipeline.run(path)
     line = str(refused.value)
     assert f"nodes: 4096 nodes make a Workflow of {spec} bytes (JSON), and Argo's status for 3 attempt(s) adds about" \
         in line
@@ -65,12 +65,12 @@ def test_4096_nodes_of_8_fit_with_one_restart_not_two_unless_offloaded(helm, tmp
 def test_every_restart_attempt_is_counted_in_both_renderers(helm, tmp_path):
     """A job that fits with no restart is refused when each restart adds its set of nodes."""
     path = big_values(tmp_path / "v.yaml", 3500)
-    build(path)
+    pipeline.run(path)
     assert helm_template(helm, path).returncode == 0
     big_values(path, 3500, "failurePolicy: {maxRestarts: 2}\n")
     with pytest.raises(ValuesError, match=r"status for 3 attempt\(s\) adds about \d+ bytes \(failurePolicy"
                                           r"\.maxRestarts 2\)"):
-        build(path)
+        pipeline.run(path)
     result = helm_template(helm, path)
     assert result.returncode != 0 and "status for 3 attempt(s)" in result.stderr
 
@@ -88,7 +88,7 @@ def test_the_status_budget_covers_the_modelled_status():
 
 
 def dag(path) -> dict:
-    document = next(d for d in yaml.safe_load_all(build(path)) if d)
+    document = next(d for d in yaml.safe_load_all(pipeline.run(path).text) if d)
     return document["spec"]["templates"][0]["dag"]
 
 

@@ -61,12 +61,12 @@ def test_every_golden_file_is_valid(argolint):
 
 
 def test_every_example_and_case_rendered_by_both_renderers_is_valid(argolint, helm, tmp_path):
-    from torchdag.pipeline import build
+    from torchdag import pipeline
 
     files = []
     for index, values in enumerate(VALUES_FILES):
         ours = tmp_path / f"{index}-render.yaml"
-        ours.write_text(build(values), encoding="utf-8")
+        ours.write_text(pipeline.run(values).text, encoding="utf-8")
         chart = helm_template(helm, values)
         assert chart.returncode == 0, chart.stderr
         theirs = tmp_path / f"{index}-helm.yaml"
@@ -83,14 +83,14 @@ def test_random_values_render_workflows_argo_accepts(argolint, helm, values):
     print, Argo's validator takes."""
     import yaml
 
-    from torchdag.pipeline import build
+    from torchdag import pipeline
 
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "values.yaml"
         text = yaml.dump(values, Dumper=MixedDumper, allow_unicode=True, width=2**20, sort_keys=False)
         path.write_text(text, encoding="utf-8")
         ours = Path(folder) / "render.yaml"
-        ours.write_text(build(path), encoding="utf-8")
+        ours.write_text(pipeline.run(path).text, encoding="utf-8")
         chart = helm_template(helm, path)
         assert chart.returncode == 0, chart.stderr
         theirs = Path(folder) / "helm.yaml"

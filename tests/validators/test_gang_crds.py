@@ -223,9 +223,9 @@ JOIN = {
 @pytest.mark.parametrize("case", sorted(JOIN))
 def test_rendered_podgroup_matches_crd(case):
     path = CASES / case
-    from torchdag.pipeline import build
+    from torchdag import pipeline
 
-    docs = [d for d in yaml.safe_load_all(build(path)) if d]
+    docs = [d for d in yaml.safe_load_all(pipeline.run(path).text) if d]
     workflow = next(d for d in docs if d.get("kind") in ("Workflow", "WorkflowTemplate"))
     podgroup = podgroup_from_workflow(workflow)
     assert podgroup is not None, "no PodGroup: the Workflow has no template named gang"

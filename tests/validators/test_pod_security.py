@@ -20,7 +20,7 @@ from test_chart_parity import _QuotedDumper, values_strategy
 
 from argo_helpers import task_pods
 from helpers import REPO
-from torchdag.pipeline import build
+from torchdag import pipeline
 
 pytestmark = pytest.mark.go  # a Go-built tool
 
@@ -50,13 +50,13 @@ def verdicts(tool: str, level: str, text: str) -> dict[str, dict]:
 @pytest.mark.parametrize("case, level", [("pod-network", "baseline"), ("pod-mixed-restricted", "restricted"),
                                          ("pod-mixed-restricted", "baseline")])
 def test_pod_network_jobs_are_admitted_at_their_level(podsecurity, case, level):
-    judged = verdicts(podsecurity, level, build(CASES / f"{case}.yaml"))
+    judged = verdicts(podsecurity, level, pipeline.run(CASES / f"{case}.yaml").text)
     assert judged and all(v["allowed"] for v in judged.values()), judged
 
 
 def test_restricted_needs_the_option(podsecurity):
     """pod-network.yaml names baseline: restricted refuses it, for what podSecurity: restricted adds."""
-    judged = verdicts(podsecurity, "restricted", build(CASES / "pod-network.yaml"))
+    judged = verdicts(podsecurity, "restricted", pipeline.run(CASES / "pod-network.yaml").text)
     for verdict in judged.values():
         assert not verdict["allowed"]
         assert verdict["message"].startswith('violates PodSecurity "restricted:latest": ')
@@ -65,7 +65,7 @@ def test_restricted_needs_the_option(podsecurity):
 
 @pytest.mark.parametrize("values", EXAMPLES, ids=lambda p: p.name)
 def test_host_network_jobs_are_refused_by_baseline_in_kubernetes_words(podsecurity, values):
-    judged = verdicts(podsecurity, "baseline", build(values))
+    judged = verdicts(podsecurity, "baseline", pipeline.run(values).text)
     assert judged
     for verdict in judged.values():
         assert not verdict["allowed"]
@@ -81,5 +81,5 @@ def test_whatever_is_valid_at_a_level_is_admitted_at_it(podsecurity, tmp_path_fa
     path = tmp_path_factory.mktemp("values") / "values.yaml"
     path.write_text(yaml.dump(values, Dumper=_QuotedDumper, allow_unicode=True, width=2**20, sort_keys=False),
                     encoding="utf-8")
-    judged = verdicts(podsecurity, level, build(path))
+    judged = verdicts(podsecurity, level, pipeline.run(path).text)
     assert all(v["allowed"] for v in judged.values()), judged

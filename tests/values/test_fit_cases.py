@@ -52,8 +52,8 @@ def test_a_numeric_address_is_accepted_exactly_when_python_reads_it_as_ipv4(addr
     """Python's ipaddress (strict: no leading zeros, four parts) is the oracle for the schema's rule."""
     import ipaddress
 
+    from torchdag import pipeline
     from torchdag.errors import ValuesError
-    from torchdag.pipeline import valid_values
 
     try:
         ipaddress.IPv4Address(address)
@@ -63,7 +63,7 @@ def test_a_numeric_address_is_accepted_exactly_when_python_reads_it_as_ipv4(addr
     values = tmp_path / "cluster.yaml"
     values.write_text(f"name: t\nimage: i\nscript: /t.py\nnodes:\n  - {{name: a, address: '{address}'}}\n")
     try:
-        valid_values(values)
+        pipeline.validate(pipeline.load(values))
         accepted = True
     except ValuesError:
         accepted = False
@@ -71,7 +71,7 @@ def test_a_numeric_address_is_accepted_exactly_when_python_reads_it_as_ipv4(addr
 
 
 def test_a_valid_quad_keeps_hccl_if_ip_in_both(helm, tmp_path):
-    from torchdag.pipeline import build
+    from torchdag import pipeline
 
     values = tmp_path / "cluster.yaml"
     values.write_text("name: t\nimage: i\nscript: /t.py\nnodes:\n"
@@ -79,7 +79,7 @@ def test_a_valid_quad_keeps_hccl_if_ip_in_both(helm, tmp_path):
                       "  - {name: b, address: node-b.example, nic: eth0, accelerator: ascend910}\n")
     result = helm_template(helm, values)
     assert result.returncode == 0, result.stderr
-    for text in (build(values), result.stdout):
+    for text in (pipeline.run(values).text, result.stdout):
         workflow = argo_document(text)
         tasks = {task["name"]: task for task in workflow["spec"]["templates"][0]["dag"]["tasks"]}
         assert {p["name"]: p["value"] for p in tasks["node-0"]["arguments"]["parameters"]}["if-ip"] == "10.30.0.2"
@@ -110,11 +110,11 @@ def test_the_role_binding_names_the_accounts_that_call_the_api(helm, extra, subj
 def test_the_executor_account_is_rendered_with_the_token_mounted_too(tmp_path):
     """Argo reads spec.executor.serviceAccountName whatever automountServiceAccountToken says:
     an account the user names is never dropped."""
-    from torchdag.pipeline import build
+    from torchdag import pipeline
 
     values = tmp_path / "values.yaml"
     values.write_text(RBAC_BASE + "serviceAccountName: trainer\nexecutorServiceAccountName: argo-exec\n")
-    spec = argo_document(build(values))["spec"]
+    spec = argo_document(pipeline.run(values).text)["spec"]
     assert spec["executor"] == {"serviceAccountName": "argo-exec"} and "automountServiceAccountToken" not in spec
 
 

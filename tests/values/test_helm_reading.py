@@ -20,9 +20,9 @@ from test_chart_parity import assert_same_workflow, values_strategy  # the compa
 from chart_helpers import helm_template
 from cli_helpers import BASE
 from helpers import parse_values
+from torchdag import pipeline
 from torchdag.cli import main
 from torchdag.errors import ValuesError
-from torchdag.pipeline import valid_values
 
 MINIMAL = "name: t\nimage: i\nscript: /t.py\nnodes: [{name: a}]\n"
 
@@ -190,7 +190,7 @@ def test_plain_files_get_the_same_verdict_and_spec(helm, shard, values, words):
         path = Path(folder) / "values.yaml"
         path.write_text(text, encoding="utf-8")
         try:
-            valid_values(path)
+            pipeline.validate(pipeline.load(path))
             refused = None
         except ValuesError as err:  # anything else is a bug, and fails the test
             refused = err

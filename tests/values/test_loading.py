@@ -85,7 +85,7 @@ def test_go_yamls_aliasing_rule_is_followed(extra, refused, helm, tmp_path):
     more than 99% of the values it decodes coming from aliases (go-yaml v2, decode.go)."""
     values = write(tmp_path, BASE + extra)
     with pytest.raises(ValuesError) as caught:  # refused either way: the x- keys are unknown
-        pipeline.valid_values(values)
+        pipeline.validate(pipeline.load(values))
     aliasing = [line for line in caught.value.lines() if "excessive aliasing" in line]
     assert bool(aliasing) == refused, caught.value.lines()[:3]
     helm_err = helm_template(helm, values).stderr
@@ -121,8 +121,8 @@ def test_anchors_and_merge_keys_of_a_real_file_still_work(tmp_path):
     anchored = yaml.safe_load(shared)
     del anchored["x-node"]
     assert parse_values(written, "x") == anchored
-    assert pipeline.build(write(tmp_path, written)) == pipeline.build(write(tmp_path, yaml.safe_dump(anchored),
-                                                                            "anchored.yaml"))
+    assert pipeline.run(write(tmp_path, written)).text == pipeline.run(write(tmp_path, yaml.safe_dump(anchored),
+                                                                            "anchored.yaml")).text
 
 
 @pytest.mark.parametrize("depth", [500, 5000])
@@ -184,7 +184,7 @@ def test_number_spellings_render_as_helm_renders_them(helm, tmp_path):
     nodes = "".join(f"  - {{name: n{i}, resources: {{requests: {{cpu: {s}}}}}}}\n" for i, s in enumerate(spellings))
     values = write(tmp_path, f"name: a\nimage: i:1\nscript: /t.py\nnodes:\n{nodes}")
     cpu = re.compile(r'"cpu": ("[^"]*")')
-    ours = sorted(cpu.findall(pipeline.build(values)))
+    ours = sorted(cpu.findall(pipeline.run(values).text))
     result = helm_template(helm, values)
     assert result.returncode == 0, result.stderr
     assert ours == sorted(cpu.findall(result.stdout)) and '"1e400"' in ours and '"15"' in ours
@@ -226,12 +226,12 @@ def test_integer_beyond_2_53_in_a_quantity(helm, tmp_path, capsys):
     result = helm_template(helm, values)
     assert result.returncode == 0 and '"cpu": "100000000000000000000"' in result.stdout, result.stderr
     quoted = write(tmp_path, BASE + "resources: {requests: {cpu: '99999999999999999999'}}\n", "quoted.yaml")
-    assert '"cpu": "99999999999999999999"' in pipeline.build(quoted)
+    assert '"cpu": "99999999999999999999"' in pipeline.run(quoted).text
 
 
 def test_run_as_user_1e3_is_1000_in_both(helm, tmp_path):
     values = write(tmp_path, BASE + "securityContext: {runAsUser: 1e3}\n")
-    ours = argo_document(pipeline.build(values))
+    ours = argo_document(pipeline.run(values).text)
     theirs = argo_document(helm_template(helm, values).stdout)
     assert ours["spec"]["securityContext"] == theirs["spec"]["securityContext"]
     assert ours["spec"]["securityContext"]["runAsUser"] == 1000

@@ -240,7 +240,7 @@ def test_helm_refuses_naming_the_field(lines, field, helm, tmp_path):
 @pytest.mark.parametrize("lines", [case[1] for case in ACCEPTED], ids=[case[0] for case in ACCEPTED])
 def test_near_misses_are_accepted_alike(lines, helm, tmp_path):
     values = _values(tmp_path, lines)
-    ours = argo_document(pipeline.build(values))
+    ours = argo_document(pipeline.run(values).text)
     result = helm_template(helm, values)
     assert result.returncode == 0, result.stderr
     assert ours["spec"] == argo_document(result.stdout)["spec"]

@@ -12,8 +12,7 @@ import pytest
 
 from chart_helpers import helm_template, spec_text
 from cli_helpers import BASE, REPO, render_py, write
-from torchdag import cli
-from torchdag.pipeline import build
+from torchdag import cli, pipeline
 from torchdag.values import blame
 
 SITE = "port: 29400\nenv: {SITE: b}\nnodes:\n  - {name: 10.1.0.1, nic: eth0, master: true}\n  - {name: 10.1.0.2}\n"
@@ -45,7 +44,7 @@ def test_render_py_refuses_check_with_an_output_too(tmp_path):
 def test_a_dash_reads_standard_input(tmp_path):
     done = render_py("-", input=BASE)
     assert done.returncode == 0, done.stderr
-    assert done.stdout == build(write(tmp_path, BASE))
+    assert done.stdout == pipeline.run(write(tmp_path, BASE)).text
 
 
 def test_standard_input_is_named_in_messages():

@@ -77,7 +77,7 @@ def test_tagged_values_of_their_kind_render_as_in_helm(helm, tmp_path):
                                        '!!timestamp 2024-1-2T3:04:05Z]\n'
                                        "resources: {requests: {cpu: !!float 2, memory: !!str 1Gi}}\n"
                                        "workingDir: !!null ~\npreflight: {enabled: !!bool No}\n")
-    ours = argo_document(pipeline.build(values))
+    ours = argo_document(pipeline.run(values).text)
     result = helm_template(helm, values)
     assert result.returncode == 0, result.stderr
     assert ours["spec"] == argo_document(result.stdout)["spec"]
