@@ -69,8 +69,9 @@ def surely_valid(values: Any) -> bool:
     It judges only documents that the two cannot read apart: strings and keys of printable
     ASCII (no newline, before which Python's `$` also matches; no character that `\\s`, `\\d`,
     `\\w` or case folding read differently in Python's and Rust's regex dialects, nor one a
-    length counts differently), integers within 2^53 (no float, equal to an integer in `enum`
-    and `const`; no integer Rust rounds), booleans and null. Anything else goes the long way."""
+    length counts differently), integers within 2^53 (none that Rust rounds), finite floats
+    (both compare numbers by value: 1.0 is `const: 1` and an integer), booleans and null.
+    Anything else goes the long way."""
     return _plain_json(values) and _compiled_validator().is_valid(values)
 
 
@@ -90,6 +91,9 @@ def _plain_json(document: Any) -> bool:
                 return False
         elif kind is int:
             if abs(item) > _LARGEST_EXACT_INTEGER:
+                return False
+        elif kind is float:
+            if not math.isfinite(item):
                 return False
         elif item is not None and kind is not bool:
             return False
