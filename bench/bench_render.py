@@ -93,18 +93,23 @@ def in_process_seconds(values: Path, repeat: int) -> float:
 
 def phase_line(values: Path, repeat: int) -> str:
     """Where render.py's time goes: each phase of the pipeline in a fresh interpreter (imports
-    included), median of `repeat` runs."""
-    script = ("import sys, time; t = [time.perf_counter()]; sys.path.insert(0, '.')\n"
+    included), median of `repeat` runs, in wall seconds and in CPU seconds (steadier on a
+    shared machine)."""
+    script = ("import sys, time\n"
+              "marks = []\n"
+              "def mark(): marks.append((time.perf_counter(), time.process_time()))\n"
+              "mark(); sys.path.insert(0, '.')\n"
               "from torchdag import pipeline; from torchdag.plan import make_plan; from torchdag.render import render\n"
-              "t.append(time.perf_counter()); loaded = pipeline.load(sys.argv[1]); t.append(time.perf_counter())\n"
-              "values = pipeline.validate(loaded); t.append(time.perf_counter())\n"
-              "plan = make_plan(values); t.append(time.perf_counter())\n"
-              "render(plan, loaded.source); t.append(time.perf_counter())\n"
-              "print(' '.join(str(b - a) for a, b in zip(t, t[1:])))\n")
+              "mark(); loaded = pipeline.load(sys.argv[1]); mark()\n"
+              "values = pipeline.validate(loaded); mark()\n"
+              "plan = make_plan(values); mark()\n"
+              "render(plan, loaded.source); mark()\n"
+              "print(' '.join(f'{b[i] - a[i]}' for a, b in zip(marks, marks[1:]) for i in (0, 1)))\n")
     runs = [[float(x) for x in subprocess.run([sys.executable, "-c", script, str(values)], cwd=REPO, check=True,
                                                capture_output=True, text=True).stdout.split()] for _ in range(repeat)]
-    phases = [statistics.median(run[i] for run in runs) for i in range(5)]
-    named = ", ".join(f"{name} {seconds:.3f} s" for name, seconds in
+    phases = [(statistics.median(run[2 * i] for run in runs), statistics.median(run[2 * i + 1] for run in runs))
+              for i in range(5)]
+    named = ", ".join(f"{name} {wall:.3f} s (CPU {cpu:.3f} s)" for name, (wall, cpu) in
                       zip(("imports", "load", "validate", "plan", "render (template, parse back, size)"), phases))
     return f"render.py's phases at the largest size: {named}"
 

@@ -95,6 +95,7 @@ def json_size(root: yaml.Node) -> int:
     """Bytes of the compact JSON of a composed document, as Go's encoder writes it (the
     quoting of yamlout.quote), without building Python objects: one walk over the nodes."""
     size = 0
+    quoted: dict[str, int] = {}  # a string's quoted bytes, once per distinct string (4,096 `name`s)
     stack = [root]
     while stack:
         node = stack.pop()
@@ -102,7 +103,10 @@ def json_size(root: yaml.Node) -> int:
             if node.tag.endswith((":int", ":bool", ":null")):
                 size += len(node.value) if not node.tag.endswith(":null") else 4
             else:
-                size += len(quote(node.value).encode())
+                length = quoted.get(node.value)
+                if length is None:
+                    length = quoted[node.value] = len(quote(node.value).encode())
+                size += length
         elif isinstance(node, yaml.MappingNode):
             size += 2 + max(len(node.value) - 1, 0) + len(node.value)  # braces, commas, colons
             for key, value in node.value:

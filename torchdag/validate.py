@@ -42,20 +42,43 @@ def _string_problem(text: str, path: tuple, is_key: bool = False) -> Problem | N
     return None
 
 
-def string_problems(values: Any, path: tuple = ()) -> list[Problem]:
+def string_problems(values: Any) -> list[Problem]:
     """Strings no Workflow can carry: `{{` (Argo substitutes it everywhere and offers no
     escape, argo#8253), NUL (execve and environ end a string there) and characters YAML
     cannot hold. Keys are checked too."""
+    # All the strings at once first (joined by a newline, which makes none of the three):
+    # naming each problem's field costs a walk with paths, in a file that has any.
+    text = "\n".join(_strings(values))
+    if ARGO_OPEN not in text and "\x00" not in text and not _UNCARRIABLE.search(text):
+        return []
+    return _string_problems_at(values, ())
+
+
+def _strings(values: Any) -> list[str]:
+    found, pending = [], [values]
+    while pending:
+        item = pending.pop()
+        if isinstance(item, str):
+            found.append(item)
+        elif isinstance(item, dict):
+            found.extend(key for key in item if isinstance(key, str))
+            pending.extend(item.values())
+        elif isinstance(item, list):
+            pending.extend(item)
+    return found
+
+
+def _string_problems_at(values: Any, path: tuple) -> list[Problem]:
     found = []
     if isinstance(values, str):
         found.append(_string_problem(values, path))
     elif isinstance(values, dict):
         for key, item in values.items():
             found.append(_string_problem(key, path + (key,), is_key=True) if isinstance(key, str) else None)
-            found.extend(string_problems(item, path + (key,)))
+            found.extend(_string_problems_at(item, path + (key,)))
     elif isinstance(values, list):
         for index, item in enumerate(values):
-            found.extend(string_problems(item, path + (index,)))
+            found.extend(_string_problems_at(item, path + (index,)))
     return [each for each in found if each]
 
 

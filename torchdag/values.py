@@ -39,6 +39,8 @@ def number_problems(data: Any) -> tuple[list[Problem], list[Problem]]:
     lose digits in Helm, which holds every number as a float64. Iterative: the data may be
     alias-expanded (bounded by MAX_VALUES)."""
     non_finite, too_big = [], []
+    if not _may_hold_number_problems(data):  # naming a field costs a walk with paths: only for a file with one
+        return non_finite, too_big
     stack: list[tuple[tuple, Any]] = [((), data)]
     while stack:
         path, value = stack.pop()
@@ -57,6 +59,22 @@ def number_problems(data: Any) -> tuple[list[Problem], list[Problem]]:
             too_big.append(Problem(path, f"{value} is beyond 2^53 ({MAX_SAFE_INTEGER + 1}), where Helm's numbers "
                                          "(float64) lose digits; quote it as a string or give a smaller number"))
     return non_finite, too_big
+
+
+def _may_hold_number_problems(data: Any) -> bool:
+    """Whether number_problems has anything to name: a value or key of one of its kinds."""
+    pending = [data]
+    while pending:
+        value = pending.pop()
+        if isinstance(value, dict):
+            if any(isinstance(key, OddKey) for key in value):
+                return True
+            pending.extend(value.values())
+        elif isinstance(value, list):
+            pending.extend(value)
+        elif isinstance(value, (RefusedTag, float)) or isinstance(value, int) and abs(value) > MAX_SAFE_INTEGER:
+            return True
+    return False
 
 
 @functools.lru_cache(maxsize=None)

@@ -29,6 +29,7 @@ except AttributeError:  # pragma: no cover - PyYAML built without libyaml
 _INT_TAG = "tag:yaml.org,2002:int"
 _FLOAT_TAG = "tag:yaml.org,2002:float"
 _TIMESTAMP_TAG = "tag:yaml.org,2002:timestamp"
+_STR_TAG = "tag:yaml.org,2002:str"
 _NUMBER_TAG = "tag:torchdag.io,2024:number"  # a plain scalar that may be a number: go_number() decides
 
 # Limits on what one values file may make the loader build (a real one is a few thousand
@@ -42,6 +43,13 @@ MAX_ALIAS_COPIES = 50_000  # of those, values that aliases copy (1,000 nodes sha
 class _StrictLoader(_BaseLoader):
     """Safe loader that refuses duplicate keys (PyYAML silently keeps the last one) and
     resolves plain scalars the way Helm does (go-yaml v2), so both tools see the same values."""
+
+    def construct_object(self, node: yaml.Node, deep: bool = False) -> Any:
+        # Most nodes are strings (every key is): a string scalar is its own text, which
+        # _construct_tagged returns too, without PyYAML's memo and recursion bookkeeping.
+        if node.tag == _STR_TAG and isinstance(node, yaml.ScalarNode):
+            return node.value
+        return super().construct_object(node, deep)
 
 
 class OddKey(str):
@@ -296,23 +304,23 @@ def graph_problem(root: yaml.Node, used: list[int] | None = None) -> str | None:
     alias, for Helm's "excessive aliasing" rule. Linear in the file, no recursion. `used`
     ([values, distinct values], counted on) makes a file's documents share the limits.
     """
-    sizes: dict[int, int] = {}  # values, aliases expanded
-    depths: dict[int, int] = {}
-    decoded: dict[int, int] = {}  # how many values go-yaml decodes for the node (alias nodes count)
-    alias_edges: dict[int, set[int]] = {}  # per node, the positions of its children that are aliases
+    # Per node: (values, aliases expanded; depth likewise; values go-yaml decodes for it, alias nodes counted).
+    measured: dict[int, tuple[int, int, int]] = {}
+    aliases: dict[int, int] = {}  # per node, how many of its children are aliases
     distinct = 0
     run_decoded, run_aliased = 2, 0  # go-yaml's decodeCount (the document node and the root first) and aliasCount
     excessive = None  # go-yaml's verdict, reported only when the plainer limits below hold
     open_nodes = {id(root)}
-    stack = [(root, iter(enumerate(_children(root))))]
+    root_children = _children(root)
+    stack = [(root, root_children, iter(root_children))]
     while stack:
-        node, pending = stack[-1]
-        for position, child in pending:
+        node, children, pending = stack[-1]
+        for child in pending:
             key = id(child)
-            if key in sizes:
-                alias_edges.setdefault(id(node), set()).add(position)
-                run_decoded, run_aliased = min(run_decoded + 1 + decoded[key], _CAP), min(run_aliased + decoded[key],
-                                                                                          _CAP)
+            if key in measured:
+                aliases[id(node)] = aliases.get(id(node), 0) + 1
+                decoded = measured[key][2]
+                run_decoded, run_aliased = min(run_decoded + 1 + decoded, _CAP), min(run_aliased + decoded, _CAP)
                 ratio = run_aliased / run_decoded
                 allowed = _allowed_alias_ratio(run_decoded)
                 if excessive is None and run_aliased > 100 and run_decoded > 1000 and ratio > allowed:
@@ -320,32 +328,38 @@ def graph_problem(root: yaml.Node, used: list[int] | None = None) -> str | None:
                                  f"({100 * ratio:.1f}%, excessive aliasing); Helm's YAML reader allows at most "
                                  f"{100 * _allowed_alias_ratio(run_decoded):.0f}%")
                 continue
-            if key in open_nodes:
-                return (f"an alias refers to a list or mapping that contains it (line {child.start_mark.line + 1}); "
-                        "YAML values cannot contain themselves")
             if not isinstance(child, yaml.CollectionNode):
                 counted = 0 if child.tag == _MERGE_TAG else 1  # go-yaml merges without decoding the `<<` key
-                sizes[key], depths[key], decoded[key] = 1, 0, counted
+                measured[key] = (1, 0, counted)
                 run_decoded += counted
                 distinct += 1
                 continue
+            if key in open_nodes:
+                return (f"an alias refers to a list or mapping that contains it (line {child.start_mark.line + 1}); "
+                        "YAML values cannot contain themselves")
             run_decoded += 1
             open_nodes.add(key)
-            stack.append((child, iter(enumerate(_children(child)))))
+            grandchildren = _children(child)
+            stack.append((child, grandchildren, iter(grandchildren)))
             break
         else:
             stack.pop()
             key = id(node)
             open_nodes.discard(key)
-            children = [id(child) for child in _children(node)]
-            sizes[key] = min(1 + sum(sizes[c] for c in children), _CAP)
-            depths[key] = depth = 1 + max((depths[c] for c in children), default=0)
-            decoded[key] = min(1 + sum(decoded[c] for c in children) + len(alias_edges.pop(key, ())), _CAP)
+            size, depth, decoded = 1, 0, 1 + aliases.pop(key, 0)
+            for child in children:
+                child_size, child_depth, child_decoded = measured[id(child)]
+                size += child_size
+                decoded += child_decoded
+                if child_depth > depth:
+                    depth = child_depth
+            depth += 1
+            measured[key] = (min(size, _CAP), depth, min(decoded, _CAP))
             distinct += 1
             if depth > MAX_DEPTH:
                 return (f"lists and mappings are nested more than {MAX_DEPTH} levels deep "
                         f"(line {node.start_mark.line + 1}); the limit is {MAX_DEPTH}")
-    total = sizes[id(root)]
+    total = measured[id(root)][0]
     if used is not None:  # the file's documents so far, this one included
         used[0], used[1] = used[0] + total, used[1] + distinct
         total, distinct = used

@@ -2,7 +2,7 @@
 `torchdag` command that writes render.py's bytes, and `make render`'s light venv has no torch.
 
 The wheel is built offline with the venv's hatchling (requirements-fast.txt) and installed
-into a new venv, with its dependencies (Jinja2, PyYAML, jsonschema) from the package index.
+into a new venv, with its dependencies (Jinja2, PyYAML, jsonschema, jsonschema-rs) from the package index.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ def normalized(requirement: str) -> str:
 def test_render_requirements_are_the_package_dependencies():
     render = sorted(normalized(r) for r in requirement_lines(REPO / "requirements-render.txt"))
     assert render == sorted(normalized(r) for r in PYPROJECT["project"]["dependencies"])
-    assert render == ["jinja2>=3.1", "jsonschema>=4.23", "pyyaml>=6.0"]
+    assert render == ["jinja2>=3.1", "jsonschema-rs>=0.60", "jsonschema>=4.23", "pyyaml>=6.0"]
     # each venv holds what the lighter one does: render < fast tier < everything
     assert "-r requirements-render.txt" in requirement_lines(REPO / "requirements-fast.txt")
     assert "-r requirements-fast.txt" in requirement_lines(REPO / "requirements-dev.txt")
