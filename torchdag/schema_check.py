@@ -10,7 +10,6 @@ import math
 import re
 from typing import TYPE_CHECKING, Any, Iterator
 
-import jsonschema_rs
 import yaml
 
 from .catalog import fill
@@ -58,6 +57,12 @@ def _validator():
 
 @functools.lru_cache(maxsize=None)
 def _compiled_validator():
+    """jsonschema-rs's validator, or None where it is not installed (the `fast` extra: a host
+    without its wheel, such as an aarch64 one older than glibc 2.28, renders without it)."""
+    try:
+        import jsonschema_rs
+    except ImportError:
+        return None
     # The regex crate's engine (linear time, no backtracking limit to give up at): the schema's
     # patterns are RE2's kind anyway, for Helm's Go validator.
     return jsonschema_rs.Draft202012Validator(load_schema(), pattern_options=jsonschema_rs.RegexOptions())
@@ -72,7 +77,8 @@ def surely_valid(values: Any) -> bool:
     length counts differently), integers within 2^53 (none that Rust rounds), finite floats
     (both compare numbers by value: 1.0 is `const: 1` and an integer), booleans and null.
     Anything else goes the long way."""
-    return _plain_json(values) and _compiled_validator().is_valid(values)
+    compiled = _compiled_validator()
+    return compiled is not None and _plain_json(values) and compiled.is_valid(values)
 
 
 def _plain_json(document: Any) -> bool:

@@ -184,7 +184,7 @@ def _kinds(values: dict) -> list[tuple[int, str]]:
     known = set(catalog.accelerator_kinds())
     out = []
     for index, node in _dicts(values.get("nodes")):
-        kind = node.get("accelerator", "cpu")
+        kind = catalog.node_accelerator(node)
         if isinstance(kind, str) and kind in known:
             out.append((index, kind))
     return out

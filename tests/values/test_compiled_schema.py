@@ -5,6 +5,7 @@ kind the two can read apart, the compiled check is not asked."""
 
 from __future__ import annotations
 
+import jsonschema_rs
 import pytest
 
 from bad_cases import BAD_CASES, FIT_CASES
@@ -88,5 +89,28 @@ NUMBERS = [({"const": 1}, 1.0), ({"enum": [1, 2]}, 2.0), ({"not": {"const": 1}},
 def test_both_read_numbers_alike(schema, number):
     """Why a float is plain: equal by value to an integer in `const` and `enum`, an integer
     when it has no fraction, compared exactly against a bound, in both."""
-    compiled = schema_check.jsonschema_rs.Draft202012Validator(schema).is_valid(number)
+    compiled = jsonschema_rs.Draft202012Validator(schema).is_valid(number)
     assert compiled is schema_check._validator_class()(schema).is_valid(number)
+
+
+def told(path) -> list[str]:
+    from torchdag import pipeline
+
+    try:
+        return [pipeline.run(path).text]
+    except ValuesError as err:
+        return err.lines()
+
+
+def test_without_jsonschema_rs_the_same_files_pass_and_the_same_problems_are_told(monkeypatch, tmp_path):
+    """jsonschema-rs is the `fast` extra: where it is not installed, surely_valid passes nothing
+    and jsonschema judges every file, with the same verdicts and words."""
+    paths = [FILES[0]]
+    for case in BAD_CASES[:20]:
+        paths.append(tmp_path / f"{len(paths)}.yaml")
+        paths[-1].write_text(case.text)
+    with_it = [told(path) for path in paths]
+    monkeypatch.setattr(schema_check, "_compiled_validator", lambda: None)
+    assert [told(path) for path in paths] == with_it
+    for name, document in DOCUMENTS:
+        assert not schema_check.surely_valid(document), name
