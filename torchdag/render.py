@@ -72,8 +72,9 @@ def status_budget(plan: Plan) -> tuple[int, int]:
     if plan.values["workflow"]["nodeStatusOffload"]:
         return attempts, 0
     facts = catalog()["argoStatus"]
-    pods = len(plan.nodes) + len(items(facts["otherPods"], {"gang": bool(plan.gang),
-                                                            "podGroup": bool(plan.gang and plan.gang["manifest"])}))
+    others = {"podGroup": bool(plan.gang and plan.gang["manifest"]), "podNetwork": plan.network is not None,
+              "helpersTask": plan.values["agents"]["fromWorkflow"]}
+    pods = len(plan.nodes) + len(items(facts["otherPods"], others))
     return attempts, attempts * (facts["perAttempt"] + facts["perPod"] * pods)
 
 

@@ -95,17 +95,24 @@ The catalogue as JSON; read it with `include "torchdag.catalog" . | fromJson`. *
   "argoStatus": {
     "maxBytes": 1048576,
     "otherPods": [
-      {
-        "if": [
-          "gang"
-        ],
-        "value": "gang-watch"
-      },
+      "watch",
       {
         "if": [
           "podGroup"
         ],
         "value": "podGroup"
+      },
+      {
+        "if": [
+          "podNetwork"
+        ],
+        "value": "service"
+      },
+      {
+        "if": [
+          "helpersTask"
+        ],
+        "value": "helpers"
       }
     ],
     "perAttempt": 1024,

@@ -82,7 +82,7 @@ def test_the_status_budget_covers_the_modelled_status():
     budget = catalog()["argoStatus"]
     assert budget["maxBytes"] == LIMIT
     for n, attempts, loop_items in ((64, 1, 0), (512, 2, 0), (512, 2, catalog()["nodeLoops"]["maxItems"])):
-        pods = n + 2  # the training pods and the gang's two
+        pods = n + 2  # the training pods, the scheduling watch and a PodGroup or helpers task
         assert compressed_status(n, attempts, loop_items=loop_items) <= attempts * (budget["perAttempt"]
                                                                                     + budget["perPod"] * pods)
 
