@@ -15,9 +15,10 @@ refuses should end in Argo's "workflow is longer than maximum allowed size". Arg
 creation is bounded by its Kubernetes client (workflow-controller `--qps 20 --burst 30`,
 the defaults; `--qps`/`--burst` here set others) and by the configmap's `resourceRateLimit`
 (pod creations a second and their burst; none by default, so unlimited: `--rate-limit`);
-each JSON row says which (`"controller"`). `--stop-when-restarted` ends the run once every
-second-attempt pod has started (the times measured, the Workflow still Running) rather
-than holding it to its end. A line on stderr each minute says how far the run has got.
+each JSON row says which (`"controller"`). `--stop-after started` ends the run once every
+first-attempt pod has started, `--stop-after restarted` once every second-attempt one has
+(the times measured, the Workflow still Running; `"stopped_after"`), rather than holding it
+to its end. A line on stderr each minute says how far the run has got.
 
 The cluster has Argo's full CRDs, as Argo v4 installs them by default (applied server-side
 by testbed/cluster): past 200 DAG tasks render.py writes the nodes in loop tasks
@@ -34,7 +35,7 @@ the status shows every training pod Running again. The job is then deleted: --ho
 outlast the start of every pod.
 
     python bench/bench_cluster.py [--nodes 256 1024] [--hold 240] [--crd full|minimal] [--keep DIR]
-        [--qps 20 --burst 30] [--rate-limit LIMIT BURST] [--stop-when-restarted]
+        [--qps 20 --burst 30] [--rate-limit LIMIT BURST] [--stop-after started|restarted]
     python bench/bench_cluster.py --recovery node|job [--nodes 256 1024] [--hold 240]
 """
 
@@ -139,7 +140,7 @@ def delete_a_running_pod(layout: Layout, name: str, nodes: dict) -> str | None:
     return None
 
 
-def measure(layout: Layout, folder: Path, n: int, crd: str, controller: dict, stop_when_restarted: bool) -> dict:
+def measure(layout: Layout, folder: Path, n: int, crd: str, controller: dict, stop_after: str | None) -> dict:
     values = values_file(folder, n)
     verdict, plan, text = guard(values)
     (document,) = check_documents(text)
@@ -156,7 +157,7 @@ def measure(layout: Layout, folder: Path, n: int, crd: str, controller: dict, st
            "largest_bytes": 0, "largest_packed_bytes": 0, "compressed": False, "pod_nodes_largest": 0,
            "create_to_all_started_s": None, "deleted_pods": [], "second_attempt": False,
            "restarted": False, "first_deletion_to_all_restarted_s": None,
-           "second_attempt_seen_to_all_restarted_s": None}
+           "second_attempt_seen_to_all_restarted_s": None, "stopped_after": None}
     first_attempt, second_attempt = f"{name}(0).", f"{name}(1)"
     wf: dict = {}
     deleted_at = first_deleted_at = said_at = second_seen_at = 0.0
@@ -186,7 +187,9 @@ def measure(layout: Layout, folder: Path, n: int, crd: str, controller: dict, st
             print(f"{said_at - start:.0f} s: {status.get('phase')}, {len(pods)} pod nodes, first attempt "
                   f"{len(started)} of {n} started, second {len(again)}; largest {row['largest_bytes']} B stored, "
                   f"{row['largest_packed_bytes']} B packed", file=sys.stderr, flush=True)
-        if stop_when_restarted and row["first_deletion_to_all_restarted_s"] is not None:
+        measured = {"started": row["create_to_all_started_s"], "restarted": row["first_deletion_to_all_restarted_s"]}
+        if stop_after and measured[stop_after] is not None:
+            row["stopped_after"] = stop_after
             break
         # One failed attempt, after all its pods exist (a DAG starts no task once one failed):
         # a training pod deleted while it runs; another if Argo has not failed the attempt a minute later.
@@ -199,8 +202,7 @@ def measure(layout: Layout, folder: Path, n: int, crd: str, controller: dict, st
                 first_deleted_at = first_deleted_at or deleted_at
         time.sleep(3)
     status = wf.get("status") or {}
-    row["stopped_when_restarted"] = stop_when_restarted and row["first_deletion_to_all_restarted_s"] is not None
-    if row["stopped_when_restarted"]:  # not held to its end: out of the way of the next size's run
+    if row["stopped_after"]:  # not held to its end: out of the way of the next size's run
         kubectl(layout, "delete", "workflow", name, "--wait=false")
     # A restart of either kind: the whole DAG's second attempt (or, once nodes retry on their
     # own, a pod node's retry: Argo names its nodes `...(1)` alike).
@@ -324,8 +326,9 @@ def main() -> int:
     parser.add_argument("--rate-limit", type=float, nargs=2, metavar=("LIMIT", "BURST"),
                         help="the configmap's resourceRateLimit: pod creations a second and their burst "
                              "(default: none, Argo's unlimited)")
-    parser.add_argument("--stop-when-restarted", action="store_true",
-                        help="end each run once every second-attempt pod has started, the Workflow still Running")
+    parser.add_argument("--stop-after", choices=("started", "restarted"),
+                        help="end each run once every first-attempt (started) or second-attempt (restarted) pod "
+                             "has started, the Workflow still Running (default: hold it to its end)")
     args = parser.parse_args()
     # A SIGTERM (a `timeout`) still takes the cluster down, through the finally below.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
@@ -351,7 +354,7 @@ def main() -> int:
                   f"{row['total_s']} s after create",
                   flush=True)
         for n in [] if args.recovery else args.nodes:
-            row = measure(layout, folder, n, args.crd, controller, args.stop_when_restarted)
+            row = measure(layout, folder, n, args.crd, controller, args.stop_after)
             row["agreement"] = agreement(row)
             print(json.dumps(row), flush=True)
             print(f"{n} nodes x 8 ({args.crd} CRDs, controller {controller}): "
