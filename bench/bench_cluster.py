@@ -13,7 +13,12 @@ Argo's workflow/packer does past 1 MiB), whether Argo compressed, how the run en
 whether the guard agrees: what it lets through must never outgrow the limit; what it
 refuses should end in Argo's "workflow is longer than maximum allowed size". Argo's pod
 creation is bounded by its Kubernetes client (workflow-controller `--qps 20 --burst 30`,
-the defaults; no `resourceRateLimit`, so unlimited there).
+the defaults; `--qps`/`--burst` here set others) and by the configmap's `resourceRateLimit`
+(pod creations a second and their burst; none by default, so unlimited: `--rate-limit`);
+each JSON row says which (`"controller"`). `--stop-after started` ends the run once every
+first-attempt pod has started, `--stop-after restarted` once every second-attempt one has
+(the times measured, the Workflow still Running; `"stopped_after"`), rather than holding it
+to its end. A line on stderr each minute says how far the run has got.
 
 The cluster has Argo's full CRDs, as Argo v4 installs them by default (applied server-side
 by testbed/cluster): past 200 DAG tasks render.py writes the nodes in loop tasks
@@ -30,6 +35,7 @@ the status shows every training pod Running again. The job is then deleted: --ho
 outlast the start of every pod.
 
     python bench/bench_cluster.py [--nodes 256 1024] [--hold 240] [--crd full|minimal] [--keep DIR]
+        [--qps 20 --burst 30] [--rate-limit LIMIT BURST] [--stop-after started|restarted]
     python bench/bench_cluster.py --recovery node|job [--nodes 256 1024] [--hold 240]
 """
 
@@ -134,7 +140,7 @@ def delete_a_running_pod(layout: Layout, name: str, nodes: dict) -> str | None:
     return None
 
 
-def measure(layout: Layout, folder: Path, n: int, crd: str) -> dict:
+def measure(layout: Layout, folder: Path, n: int, crd: str, controller: dict, stop_after: str | None) -> dict:
     values = values_file(folder, n)
     verdict, plan, text = guard(values)
     (document,) = check_documents(text)
@@ -146,13 +152,15 @@ def measure(layout: Layout, folder: Path, n: int, crd: str) -> dict:
                    cwd=REPO, check=True, capture_output=True)
     start = time.monotonic()
     name = kubectl(layout, "create", "-f", str(workflow), "-o", "name").strip().split("/")[-1]
-    row = {"nodes": n, "crd": crd, "guard": verdict, "spec_bytes": spec, "per_node_bytes": round(spec / n),
-           "budget_bytes": spec + budget, "attempts": attempts, "largest_bytes": 0, "largest_packed_bytes": 0,
-           "compressed": False, "pod_nodes_largest": 0, "create_to_all_started_s": None, "deleted_pods": [],
-           "second_attempt": False, "restarted": False, "first_deletion_to_all_restarted_s": None}
+    row = {"nodes": n, "crd": crd, "controller": controller, "guard": verdict, "spec_bytes": spec,
+           "per_node_bytes": round(spec / n), "budget_bytes": spec + budget, "attempts": attempts,
+           "largest_bytes": 0, "largest_packed_bytes": 0, "compressed": False, "pod_nodes_largest": 0,
+           "create_to_all_started_s": None, "deleted_pods": [], "second_attempt": False,
+           "restarted": False, "first_deletion_to_all_restarted_s": None,
+           "second_attempt_seen_to_all_restarted_s": None, "stopped_after": None}
     first_attempt, second_attempt = f"{name}(0).", f"{name}(1)"
     wf: dict = {}
-    deleted_at = first_deleted_at = 0.0
+    deleted_at = first_deleted_at = said_at = second_seen_at = 0.0
     while time.monotonic() - start < 3600:
         wf = json.loads(kubectl(layout, "get", "workflow", name, "-o", "json"))
         status = wf.get("status") or {}
@@ -165,12 +173,24 @@ def measure(layout: Layout, folder: Path, n: int, crd: str) -> dict:
         pods = [node for node in nodes.values() if node.get("type") == "Pod"]
         row["pod_nodes_largest"] = max(row["pod_nodes_largest"], len(pods))
         row["second_attempt"] |= any(node["name"].startswith(second_attempt) for node in nodes.values())
+        second_seen_at = second_seen_at or (row["second_attempt"] and time.monotonic())
         started = [p for p in pods if p["name"].startswith(first_attempt) and p.get("phase") != "Pending"]
         if row["create_to_all_started_s"] is None and len(started) >= n:
             row["create_to_all_started_s"] = round(time.monotonic() - start, 1)
         again = [p for p in pods if p["name"].startswith(second_attempt + ".") and p.get("phase") != "Pending"]
         if row["first_deletion_to_all_restarted_s"] is None and len(again) >= n and first_deleted_at:
             row["first_deletion_to_all_restarted_s"] = round(time.monotonic() - first_deleted_at, 1)
+            # Without the wait for the first attempt's pods to end (--hold): the pods' creation alone.
+            row["second_attempt_seen_to_all_restarted_s"] = round(time.monotonic() - second_seen_at, 1)
+        if time.monotonic() - said_at > 60:
+            said_at = time.monotonic()
+            print(f"{said_at - start:.0f} s: {status.get('phase')}, {len(pods)} pod nodes, first attempt "
+                  f"{len(started)} of {n} started, second {len(again)}; largest {row['largest_bytes']} B stored, "
+                  f"{row['largest_packed_bytes']} B packed", file=sys.stderr, flush=True)
+        measured = {"started": row["create_to_all_started_s"], "restarted": row["first_deletion_to_all_restarted_s"]}
+        if stop_after and measured[stop_after] is not None:
+            row["stopped_after"] = stop_after
+            break
         # One failed attempt, after all its pods exist (a DAG starts no task once one failed):
         # a training pod deleted while it runs; another if Argo has not failed the attempt a minute later.
         if (row["create_to_all_started_s"] is not None and not row["second_attempt"]
@@ -182,6 +202,8 @@ def measure(layout: Layout, folder: Path, n: int, crd: str) -> dict:
                 first_deleted_at = first_deleted_at or deleted_at
         time.sleep(3)
     status = wf.get("status") or {}
+    if row["stopped_after"]:  # not held to its end: out of the way of the next size's run
+        kubectl(layout, "delete", "workflow", name, "--wait=false")
     # A restart of either kind: the whole DAG's second attempt (or, once nodes retry on their
     # own, a pod node's retry: Argo names its nodes `...(1)` alike).
     row["restarted"] = row["second_attempt"]
@@ -273,12 +295,17 @@ def agreement(row: dict) -> str:
     """The guard's verdict against Argo's: a Workflow the guard lets through must never
     grow past the limit; one it refuses should be one Argo ends in Error."""
     too_large = (row["phase"] == "Error" and "longer than maximum allowed size" in row["message"])
+    ended = row["phase"] in ("Succeeded", "Failed", "Error")
     if row["guard"] == "fits":
         within = not too_large and row["largest_packed_bytes"] <= row["budget_bytes"]
         if not within:
             return "DISAGREES: the guard let through a Workflow Argo could not hold"
+        if not ended:
+            return f"agrees so far: stopped while {row['phase']} (the status still grows as pods end)"
         return "agrees" if row["second_attempt"] else "agrees so far: no second attempt ran (the restart untested)"
-    return "agrees" if too_large else "guard stricter than Argo (refused a job Argo held)"
+    if too_large:
+        return "agrees"
+    return "guard stricter than Argo (refused a job Argo held)" if ended else f"undecided: stopped while {row['phase']}"
 
 
 def main() -> int:
@@ -292,12 +319,25 @@ def main() -> int:
     parser.add_argument("--keep", help="cluster directory to use and keep (default: a temporary one, removed)")
     parser.add_argument("--recovery", choices=("node", "job"),
                         help="measure one failure's cost under failurePolicy.recovery node or job instead")
+    parser.add_argument("--qps", type=float, default=20,
+                        help="workflow-controller --qps, its Kubernetes client's requests a second (Argo's default 20)")
+    parser.add_argument("--burst", type=int, default=30,
+                        help="workflow-controller --burst, that client's burst (Argo's default 30)")
+    parser.add_argument("--rate-limit", type=float, nargs=2, metavar=("LIMIT", "BURST"),
+                        help="the configmap's resourceRateLimit: pod creations a second and their burst "
+                             "(default: none, Argo's unlimited)")
+    parser.add_argument("--stop-after", choices=("started", "restarted"),
+                        help="end each run once every first-attempt (started) or second-attempt (restarted) pod "
+                             "has started, the Workflow still Running (default: hold it to its end)")
     args = parser.parse_args()
     # A SIGTERM (a `timeout`) still takes the cluster down, through the finally below.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     folder = Path(args.keep or tempfile.mkdtemp(prefix="torchdag-scale-"))
     layout = Layout.of(str(folder / "cluster"))
-    cluster = Cluster(layout)
+    rate_limit = args.rate_limit and {"limit": args.rate_limit[0], "burst": int(args.rate_limit[1])}
+    controller = {"qps": args.qps, "burst": args.burst, "resourceRateLimit": rate_limit}
+    cluster = Cluster(layout, controller_flags=(f"--qps={args.qps:g}", f"--burst={args.burst}"),
+                      controller_config={"resourceRateLimit": json.dumps(rate_limit)} if rate_limit else {})
     cluster.up(say=lambda *a: None)
     try:
         if args.crd == "minimal":
@@ -314,15 +354,17 @@ def main() -> int:
                   f"{row['total_s']} s after create",
                   flush=True)
         for n in [] if args.recovery else args.nodes:
-            row = measure(layout, folder, n, args.crd)
+            row = measure(layout, folder, n, args.crd, controller, args.stop_after)
             row["agreement"] = agreement(row)
             print(json.dumps(row), flush=True)
-            print(f"{n} nodes x 8 ({args.crd} CRDs): spec {row['spec_bytes']} B ({row['per_node_bytes']} B/node); "
+            print(f"{n} nodes x 8 ({args.crd} CRDs, controller {controller}): "
+                  f"spec {row['spec_bytes']} B ({row['per_node_bytes']} B/node); "
                   f"guard {row['guard']} (budget {row['budget_bytes']} B of {limit}); Argo: largest Workflow "
                   f"{row['largest_bytes']} B stored, {row['largest_packed_bytes']} B packed, compressed "
                   f"{row['compressed']}, {row['pod_nodes_largest']} pod nodes, second attempt {row['second_attempt']}; "
                   f"all first-attempt pods started {row['create_to_all_started_s']} s after create, all "
-                  f"second-attempt ones {row['first_deletion_to_all_restarted_s']} s after the first deletion; "
+                  f"second-attempt ones {row['first_deletion_to_all_restarted_s']} s after the first deletion "
+                  f"({row['second_attempt_seen_to_all_restarted_s']} s after the second attempt showed); "
                   f"ended {row['phase']} in {row['total_s']} s "
                   f"{row['message']!r}; {row['agreement']}", flush=True)
     finally:

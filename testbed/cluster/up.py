@@ -135,8 +135,13 @@ def _tail(path: Path, lines: int = 15) -> str:
 
 
 class Cluster:
-    def __init__(self, layout: Layout) -> None:
+    def __init__(self, layout: Layout, controller_flags: tuple[str, ...] = (),
+                 controller_config: dict[str, str] | None = None) -> None:
+        """controller_flags: more workflow-controller flags (the scale bench's `--qps`, `--burst`);
+        controller_config: more workflow-controller-configmap keys (its `resourceRateLimit`)."""
         self.layout = layout
+        self.controller_flags = controller_flags
+        self.controller_config = controller_config or {}
         self.port: dict[str, int] = {}
         self._kube: Kube | None = None
 
@@ -213,7 +218,9 @@ class Cluster:
         """Start the component unless it runs; True if it was started now."""
         if procs.running(self.layout, component, binary(component)) is not None:
             return False
-        procs.start(self.layout, component, argv(self.layout, component, self.port), env(component, self.port))
+        flags = self.controller_flags if component == "workflow-controller" else ()
+        procs.start(self.layout, component, [*argv(self.layout, component, self.port), *flags],
+                    env(component, self.port))
         return True
 
     def prepare(self) -> None:
@@ -233,8 +240,9 @@ class Cluster:
             procs.running(self.layout, name, binary(name)) is not None and self.healthy(name) for name in COMPONENTS)
 
     def apply_argo_prerequisites(self) -> None:
-        objects = [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ARGO_NAMESPACE}},
-                   manifests.argo_configmap(postgres.persistence(self.port["postgres"])),
+        configmap = manifests.argo_configmap(postgres.persistence(self.port["postgres"]))
+        configmap["data"].update(self.controller_config)
+        objects = [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ARGO_NAMESPACE}}, configmap,
                    manifests.postgres_secret(postgres.ROLE, postgres.password(self.layout), postgres.SECRET),
                    *manifests.gang_crds()]
         extra = self.layout.root / "manifests.yaml"

@@ -49,3 +49,10 @@ def test_agreement_is_judged_on_what_the_guard_let_through_and_what_argo_did():
     assert agreement(row(**refused, phase="Error", message=TOO_LARGE)) == "agrees"
     assert agreement(row(**refused)).startswith("guard stricter than Argo")
     assert agreement(row(**refused, phase="Failed", message="child failed")).startswith("guard stricter")
+
+
+def test_a_run_stopped_before_its_end_is_not_called_agreeing():
+    # --stop-after: the status still grows as the pods end
+    assert agreement(row(phase="Running")).startswith("agrees so far: stopped while Running")
+    assert agreement(row(phase="Running", largest_packed_bytes=600_000)).startswith("DISAGREES")
+    assert agreement(row(guard="refused", budget_bytes=None, phase="Running")) == "undecided: stopped while Running"
