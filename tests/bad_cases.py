@@ -1,6 +1,7 @@
-"""The refused cases, as data: invalid values files shared by render.py's tests and the
-chart's rejection-parity test (BAD_CASES), and those of the addresses, RBAC, ports,
-timeouts and restarts that must fit (FIT_CASES, tests/values/test_fit_cases.py).
+"""The refused cases, as data: invalid values files (BAD_CASES), and those of the addresses,
+RBAC, ports, timeouts and restarts that must fit (FIT_CASES), both run by render.py's test
+(tests/render/test_render.py) and the chart's rejection-parity test
+(tests/chart/test_chart_parity.py); the rules beside them in tests/values/test_fit_rules.py.
 
 Each case is a whole values file, the field path the error must name, and a fragment of
 render.py's message (the chart only has to name the field). fit_values moves a drawn valid

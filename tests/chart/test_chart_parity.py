@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from plain_yaml import MixedDumper
 
-from bad_cases import BAD_CASES, fit_values
+from bad_cases import BAD_CASES, FIT_CASES, fit_values
 from chart_helpers import REPO, VALUES_FILES, assert_same_workflow, helm_spellings, helm_template
 from sync_chart import builtin_volumes, reserved_env
 from torchdag.catalog import accelerator, accelerator_kinds, catalog, hccl_limit
@@ -338,7 +338,7 @@ def test_helm_spellings_of_a_field():
     assert "at '/labels/torchdag.io~1x'" in helm_spellings("labels['torchdag.io/x']")
 
 
-@pytest.mark.parametrize("case", BAD_CASES, ids=str)
+@pytest.mark.parametrize("case", BAD_CASES + FIT_CASES, ids=str)
 def test_bad_values_are_rejected_naming_the_field(helm, case, tmp_path):
     path = tmp_path / "values.yaml"
     path.write_text(case.text, encoding="utf-8")

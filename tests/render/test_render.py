@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from argo_helpers import container_process, task_pods, validate_argo, validate_kubernetes
-from bad_cases import BAD_CASES
+from bad_cases import BAD_CASES, FIT_CASES
 from golden import golden_pairs
 from helpers import REPO
 from torchdag import pipeline
@@ -247,7 +247,7 @@ def test_1024_nodes_stay_compact(tmp_path):
 
 # --- bad input -----------------------------------------------------------------------
 
-@pytest.mark.parametrize("case", BAD_CASES, ids=str)
+@pytest.mark.parametrize("case", BAD_CASES + FIT_CASES, ids=str)
 def test_bad_input_one_line_per_problem_and_no_output(case, tmp_path, capsys):
     values = tmp_path / "cluster.yaml"
     values.write_text(case.text, encoding="utf-8")

@@ -1,39 +1,17 @@
-"""What both renderers refuse, one line
-naming the field (render.py) or an error at the field (helm), and what both accept the same
-way. The cases are FIT_CASES in tests/bad_cases.py."""
+"""Rules of what can work at run time, beside the refused FIT_CASES of tests/bad_cases.py (which
+run with BAD_CASES: tests/render/test_render.py for render.py, tests/chart/test_chart_parity.py
+for helm): node addresses as Python reads IPv4, the RoleBinding's accounts, the catalogue's
+facts in the messages, and what can work accepted alike by both renderers."""
 
 from __future__ import annotations
 
 import pytest
 from test_chart_parity import assert_same_workflow  # the comparison, not its tests
 
-from bad_cases import FIT_CASES
-from chart_helpers import argo_document, documents, helm_spellings, helm_template
+from chart_helpers import argo_document, documents, helm_template
 from torchdag.cli import main
 
-
-@pytest.mark.parametrize("case", FIT_CASES, ids=str)
-def test_render_py_refuses_naming_the_field(case, tmp_path, capsys):
-    values = tmp_path / "cluster.yaml"
-    values.write_text(case.text, encoding="utf-8")
-    out = tmp_path / "out" / "workflow.yaml"
-    assert main([str(values), "-o", str(out)]) == 2
-    err = capsys.readouterr().err
-    lines = [line for line in err.splitlines() if not line.startswith("warning:")]
-    assert any(line.startswith(f"{values}: {case.field}: ") and case.fragment in line for line in lines), err
-    assert not out.parent.exists()
-
-
-@pytest.mark.parametrize("case", FIT_CASES, ids=str)
-def test_helm_refuses_naming_the_field(helm, case, tmp_path):
-    path = tmp_path / "values.yaml"
-    path.write_text(case.text, encoding="utf-8")
-    result = helm_template(helm, path)
-    assert result.returncode != 0, f"helm accepted {case.id}:\n{result.stdout[:2000]}"
-    assert any(spelling in result.stderr for spelling in helm_spellings(case.field)), result.stderr
-
-
-# --- item 10: addresses ----------------------------------------------------------------------
+# --- addresses ------------------------------------------------------------------------------
 
 def test_the_schema_and_the_catalogue_read_ipv4_alike():
     """The plan decides HCCL_IF_IP with the catalogue's pattern, the schema refuses with its own."""
