@@ -1,8 +1,10 @@
 """The command line, one module for both doors: render.py (`main`) and the `torchdag` command
 (`torchdag_main`, pyproject's console script and `python -m torchdag`), whose subcommands are
-the entries of SUBCOMMANDS. Each command parses its options, runs the pipeline
-(torchdag/pipeline.py), then the output (torchdag/output.py), every error through the one
-handler (torchdag/errors.py).
+the entries of SUBCOMMANDS. Every command's options are parsed here (render and check's by
+build_parser, status, logs and diagnose's by cluster_parser); render and check then run the
+pipeline (torchdag/pipeline.py) and the output (torchdag/output.py), status, logs and
+diagnose torchdag/diagnose/commands.py, every error through the one handler
+(torchdag/errors.py).
 
 A new subcommand is one Subcommand entry: its name, its usage after the name, its lines for
 `torchdag --help`, and its `main(argv, prog) -> status`, which runs its body through
@@ -116,13 +118,44 @@ def _writing(prog: str, target: str, write, *args) -> None:
 
 # --- the `torchdag` command ----------------------------------------------------------------
 
+# status, logs and diagnose: the options each adds to NAME, -n, --kubeconfig and --context.
+CLUSTER_COMMANDS: dict[str, tuple[str, tuple[tuple[tuple[str, ...], dict], ...]]] = {
+    "status": ("Every rank of a torchdag job: host, address, pod, phase, attempt, restarts, progress and how long "
+               "since it last logged (a hang's hint).",
+               ((("-w", "--watch"), {"action": "store_true", "help": "redraw every 2 s until the Workflow ends"}),)),
+    "logs": ("Every rank's log through the API, merged in time order with a [rank host] prefix.",
+             ((("--rank",), {"type": int, "default": None, "help": "only this node rank's log"}),
+              (("--attempt",), {"default": None, "help": "this attempt's pods (default: each rank's latest)"}),
+              (("-f", "--follow"), {"action": "store_true", "help": "keep printing new lines as they come"}),
+              (("--timestamps",), {"action": "store_true", "help": "show each line's time"}))),
+    "diagnose": ("What went wrong in a torchdag job: the first failure in time (rank, host, attempt, exit code), its "
+                 "cause and its fix. Exit status: 0 healthy, 1 failed and diagnosed, 2 cannot tell.",
+                 ((("--json",), {"action": "store_true", "help": "one JSON object on stdout, for scripts"}),)),
+}
+
+
+def cluster_parser(name: str, prog: str) -> argparse.ArgumentParser:
+    description, options = CLUSTER_COMMANDS[name]
+    p = argparse.ArgumentParser(prog=prog, description=description)
+    p.add_argument("name", metavar="NAME", help="the Workflow's name (kubectl get workflows)")
+    p.add_argument("-n", "--namespace", default=None,
+                   help="its namespace (default: the kubeconfig context's, or the pod's, else default)")
+    p.add_argument("--kubeconfig", default=None, help="kubeconfig file (default: $KUBECONFIG, ~/.kube/config, "
+                   "else the in-cluster ServiceAccount)")
+    p.add_argument("--context", default=None, help="kubeconfig context (default: its current one)")
+    for flags, settings in options:
+        p.add_argument(*flags, **settings)
+    return p
+
+
 def _cluster_command(name: str) -> Callable[[list[str], str], int]:
     """status, logs, diagnose (torchdag/diagnose/commands.py): their Kubernetes client is an
     optional extra, imported only when one of them runs."""
     def run(argv: list[str], prog: str) -> int:
+        args = cluster_parser(name, prog).parse_args(argv)
         from .diagnose import commands
 
-        return getattr(commands, f"{name}_main")(argv, prog)
+        return getattr(commands, name)(args, prog)
     return run
 
 

@@ -1,6 +1,7 @@
 """`torchdag status NAME [--watch]`, `torchdag logs NAME [--rank R] [--attempt K] [-f]` and
 `torchdag diagnose NAME [--json]` (docs/failures.md). Each reads the Workflow, its pods,
-their events and logs from the cluster (cluster.py) and judges them with core.py.
+their events and logs from the cluster (cluster.py) and judges them with core.py; their
+options are parsed where every command's are (torchdag/cli.py).
 
 Exit status: status and logs 0; diagnose 0 healthy (or still running without a failure),
 1 failed and diagnosed, 2 failed and not recognised. Bad input (no such Workflow, a
@@ -24,17 +25,6 @@ from .cluster import Cluster, ClusterUnusable
 FINISHED = ("Succeeded", "Failed", "Error")
 WATCH_EVERY_S = 2.0
 STATUS_TAIL = 300  # log lines read per pod for status: the last step line and the last line's time
-
-
-def _parser(prog: str, description: str) -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog=prog, description=description)
-    p.add_argument("name", metavar="NAME", help="the Workflow's name (kubectl get workflows)")
-    p.add_argument("-n", "--namespace", default=None,
-                   help="its namespace (default: the kubeconfig context's, or the pod's, else default)")
-    p.add_argument("--kubeconfig", default=None, help="kubeconfig file (default: $KUBECONFIG, ~/.kube/config, "
-                   "else the in-cluster ServiceAccount)")
-    p.add_argument("--context", default=None, help="kubeconfig context (default: its current one)")
-    return p
 
 
 def _cluster(args, prog: str) -> Cluster:
@@ -77,12 +67,7 @@ def status_rows(workflow: dict, views: list[core.PodView], now: dt.datetime) -> 
     return [head] + ["  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip() for r in rows]
 
 
-def status_main(argv: list[str] | None = None, prog: str = "torchdag status") -> int:
-    p = _parser(prog, "Every rank of a torchdag job: host, address, pod, phase, attempt, restarts, progress and "
-                "how long since it last logged (a hang's hint).")
-    p.add_argument("-w", "--watch", action="store_true", help="redraw every 2 s until the Workflow ends")
-    args = p.parse_args(argv)
-
+def status(args: argparse.Namespace, prog: str = "torchdag status") -> int:
     def body() -> int:
         cluster = _cluster(args, prog)
         shown = None
@@ -128,14 +113,7 @@ def merged_lines(views: list[core.PodView], timestamps: bool = False) -> list[st
     return [e[3] for e in entries]
 
 
-def logs_main(argv: list[str] | None = None, prog: str = "torchdag logs") -> int:
-    p = _parser(prog, "Every rank's log through the API, merged in time order with a [rank host] prefix.")
-    p.add_argument("--rank", type=int, default=None, help="only this node rank's log")
-    p.add_argument("--attempt", default=None, help="this attempt's pods (default: each rank's latest)")
-    p.add_argument("-f", "--follow", action="store_true", help="keep printing new lines as they come")
-    p.add_argument("--timestamps", action="store_true", help="show each line's time")
-    args = p.parse_args(argv)
-
+def logs(args: argparse.Namespace, prog: str = "torchdag logs") -> int:
     def body() -> int:
         cluster = _cluster(args, prog)
         workflow, pods, events, logs = cluster.snapshot(args.name, tail=None, with_events=False)
@@ -176,12 +154,7 @@ def _follow(cluster: Cluster, views: list[core.PodView], timestamps: bool) -> No
 
 # -- diagnose ---------------------------------------------------------------------------
 
-def diagnose_main(argv: list[str] | None = None, prog: str = "torchdag diagnose") -> int:
-    p = _parser(prog, "What went wrong in a torchdag job: the first failure in time (rank, host, attempt, exit "
-                "code), its cause and its fix. Exit status: 0 healthy, 1 failed and diagnosed, 2 cannot tell.")
-    p.add_argument("--json", action="store_true", help="one JSON object on stdout, for scripts")
-    args = p.parse_args(argv)
-
+def diagnose(args: argparse.Namespace, prog: str = "torchdag diagnose") -> int:
     def body() -> int:
         cluster = _cluster(args, prog)
         workflow, pods, events, logs = cluster.snapshot(args.name)
