@@ -77,12 +77,12 @@ def test_what_torchdag_accepts_the_api_server_accepts(local_cluster, values):
 
 def test_the_full_crds_take_every_job_size_render_py_accepts(local_cluster, tmp_path):
     """The local cluster installs Argo's full CRDs, which cap a DAG at 200 tasks: render.py's
-    Workflows of 198 (a task per node, the schedule watch and the helpers' ConfigMap), 200, 1,024 and 4,096 machines
-    × 8 with a restart (loop tasks) are all taken by the API server; a flat DAG of 201 tasks is
+    Workflows of 198 (a task per node, the schedule watch and the helpers' ConfigMap), 200, 201, 1,024 and 4,096
+    machines × 8 with a restart (loop tasks) are all taken by the API server; a flat DAG of 201 tasks is
     refused."""
     from test_render_size import big_values
 
-    for n in (198, 200, 1024, 4096):
+    for n in (198, 200, 201, 1024, 4096):
         document = next(d for d in yaml.safe_load_all(
             pipeline.run(big_values(tmp_path / "v.yaml", n, "failurePolicy: {maxRestarts: 1}\n")).text) if d)
         assert dry_run(local_cluster, document, "default") is None, n
