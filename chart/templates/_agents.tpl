@@ -10,7 +10,8 @@ Usage: include "torchdag.agents" (dict "root" $ "catalog" $cat "values" $v "pod"
 {{- $runsPreflight := or $v.preflight.enabled .pod -}}
 {{- range $v.nodes }}{{ if eq (.nic | default (ternary $v.network.nic "" $.pod)) "auto" }}{{ $runsPreflight = true }}{{ end }}{{ end -}}
 {{- $recording := include "torchdag.recorder" (dict "catalog" .catalog "values" $v) | fromJsonArray | empty | not -}}
-{{- $facts := dict "recorder" $recording "preflight" $runsPreflight "gang" (ne $v.scheduling.gang "none") -}}
+{{- $watch := false }}{{ range $v.scheduling.watchCommand }}{{ if hasPrefix (printf "%s/" (trimSuffix "/" $entry.path)) . }}{{ $watch = true }}{{ end }}{{ end -}}
+{{- $facts := dict "recorder" $recording "preflight" $runsPreflight "watch" $watch -}}
 {{- $files := include "torchdag.items" (dict "items" $entry.files "facts" $facts) | fromJsonArray -}}
 {{- $out := dict -}}
 {{- if and .values.agents.fromWorkflow $files -}}
@@ -61,7 +62,7 @@ Usage: include "torchdag.agents" (dict "root" $ "catalog" $cat "values" $v "pod"
 {{- end }}
 {{- end }}
 
-{{/* agents_mount(): the gang watch's mount of it. Takes the plan. */}}
+{{/* agents_mount(): the scheduling watch's and the host check's mount of it. Takes the plan. */}}
 {{- define "torchdag.agentsMount" }}
 {{- with .agents }}
       volumeMounts:
