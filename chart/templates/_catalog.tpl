@@ -886,6 +886,176 @@ The catalogue as JSON; read it with `include "torchdag.catalog" . | fromJson`. *
       "k": 1000
     }
   },
+  "rbac": {
+    "folder": "docs/rbac",
+    "grants": {
+      "elastic": {
+        "rules": [
+          {
+            "apiGroups": [
+              ""
+            ],
+            "resources": [
+              "pods/status"
+            ],
+            "verbs": [
+              "patch"
+            ]
+          }
+        ],
+        "why": "elastic.minNodes: a retried elastic member's host check marks its pod Failed when the pod is not scheduled within elastic.rejoinSeconds (its machine is gone), so the job goes on without it"
+      },
+      "gang-coscheduling": {
+        "rules": [
+          {
+            "apiGroups": [
+              "scheduling.x-k8s.io"
+            ],
+            "resources": [
+              "podgroups"
+            ],
+            "verbs": [
+              "get",
+              "create",
+              "patch",
+              "delete"
+            ]
+          }
+        ],
+        "why": "scheduling.gang coscheduling: the `gang` task applies the job's PodGroup, and the gang watch deletes it when it stops the job"
+      },
+      "gang-volcano": {
+        "rules": [
+          {
+            "apiGroups": [
+              "scheduling.volcano.sh"
+            ],
+            "resources": [
+              "podgroups"
+            ],
+            "verbs": [
+              "get",
+              "create",
+              "patch",
+              "delete"
+            ]
+          }
+        ],
+        "why": "scheduling.gang volcano: the `gang` task applies the job's PodGroup, and the gang watch deletes it when it stops the job"
+      },
+      "helpers": {
+        "rules": [
+          {
+            "apiGroups": [
+              ""
+            ],
+            "resources": [
+              "configmaps"
+            ],
+            "verbs": [
+              "get",
+              "create",
+              "patch"
+            ]
+          }
+        ],
+        "why": "agents.fromWorkflow (the default): the `agents` task applies the helpers' ConfigMap before any pod that runs one"
+      },
+      "job": {
+        "rules": [
+          {
+            "apiGroups": [
+              "argoproj.io"
+            ],
+            "resources": [
+              "workflowtaskresults"
+            ],
+            "verbs": [
+              "create",
+              "patch"
+            ]
+          },
+          {
+            "apiGroups": [
+              ""
+            ],
+            "resources": [
+              "pods"
+            ],
+            "verbs": [
+              "get",
+              "list"
+            ]
+          },
+          {
+            "apiGroups": [
+              "argoproj.io"
+            ],
+            "resources": [
+              "workflows"
+            ],
+            "verbs": [
+              "get",
+              "patch"
+            ]
+          }
+        ],
+        "why": "every job: Argo's executor reports each step's outcome (Argo 3.4 and later), and the scheduling watch (schedule-watch or gang-watch) reads the training pods and stops the Workflow when one is not scheduled within scheduling.timeout"
+      },
+      "pod-network": {
+        "rules": [
+          {
+            "apiGroups": [
+              ""
+            ],
+            "resources": [
+              "services"
+            ],
+            "verbs": [
+              "get",
+              "create",
+              "patch"
+            ]
+          }
+        ],
+        "why": "network.mode pod: the `service` task applies the run's headless Service"
+      }
+    },
+    "roleName": "torchdag-{name}",
+    "roles": [
+      "job",
+      {
+        "if": [
+          "helpers"
+        ],
+        "value": "helpers"
+      },
+      {
+        "if": [
+          "podNetwork"
+        ],
+        "value": "pod-network"
+      },
+      {
+        "if": [
+          "volcano"
+        ],
+        "value": "gang-volcano"
+      },
+      {
+        "if": [
+          "coscheduling"
+        ],
+        "value": "gang-coscheduling"
+      },
+      {
+        "if": [
+          "elastic"
+        ],
+        "value": "elastic"
+      }
+    ]
+  },
   "restartBackoffCapSeconds": 3600,
   "restartStrategy": {
     "factor": 2,
@@ -964,7 +1134,8 @@ The catalogue as JSON; read it with `include "torchdag.catalog" . | fromJson`. *
           "agentsFromImage"
         ],
         "value": "helpers: the image must hold them at {agentsPath} (agents.fromWorkflow: false)"
-      }
+      },
+      "rbac: kubectl apply -n <namespace> -f {roles}"
     ],
     "queue": {
       "none": "",

@@ -54,3 +54,25 @@ def test_the_chart_prints_the_same_spec_or_refuses_the_same(helm, case, folder):
     assert result.returncode != 0
     for field, message in done.refused:
         assert f"{field}: {message}" in result.stderr, result.stderr
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if c.machines == "3"], ids=lambda c: c.id)
+def test_the_charts_role_grants_what_the_render_header_tells_the_user_to_apply(helm, case, folder):
+    """One source of the rights a job needs (catalogue `rbac`): the docs' Role files the header's
+    `rbac:` line names hold the rules the chart's rbac.create Role grants, no more, no less."""
+    import re
+
+    import yaml
+
+    from chart_helpers import documents
+
+    done, path = outcome(case, folder), values_file(case, folder)
+    (line,) = [line for line in done.text.splitlines() if line.startswith("# rbac: ")]
+    files = re.fullmatch(r"# rbac: kubectl apply -n <namespace> -f (\S+)", line).group(1).split(",")
+    assert files[0] == "docs/rbac/job.yaml"
+    wanted = [rule for name in files for doc in yaml.safe_load_all((REPO / name).read_text(encoding="utf-8"))
+              if doc["kind"] == "Role" for rule in doc["rules"]]
+    result = helm_template(helm, path, "--set", "rbac.create=true", "--set", "serviceAccountName=trainer")
+    assert result.returncode == 0, result.stderr
+    (role,) = [doc for doc in documents(result.stdout) if doc["kind"] == "Role"]
+    assert role["rules"] == wanted

@@ -108,9 +108,10 @@ class Watch:
             return Exit(2, f"error: the API server rejected the ServiceAccount token "
                            f"({self.args.token_file}): {exc}", sys.stderr)
         if exc.status == 403:
+            needs = "patch on pods/status" if resource == "pods/status" else RBAC
             return Exit(2, f"error: RBAC: not allowed to {verb} {resource} in namespace {self.ns} ({exc.detail}); "
-                           f"the Workflow's ServiceAccount needs {RBAC} in {self.ns}: set rbac.create in the "
-                           f"chart, or create the Role in docs/gang.md", sys.stderr)
+                           f"the Workflow's ServiceAccount needs {needs} in {self.ns}: apply the Roles the render "
+                           f"header's rbac: line names (docs/rbac.md), or set rbac.create in the chart", sys.stderr)
         return Exit(2, f"error: {exc}", sys.stderr)
 
     def transient(self, exc: ApiError) -> None:
