@@ -106,7 +106,7 @@ def size_problem(plan: Plan, kind: str, spec_bytes: int) -> Problem | None:
         return None
     return problem("workflow-size-spec" if spec_bytes > limit else "workflow-size-status", ("nodes",),
                    count=len(plan.nodes), kind=kind, bytes=spec_bytes, limit=limit, attempts=attempts, status=status,
-                   restarts=attempts - 1)
+                   restarts=attempts - 1, helpers=catalog()["argoStatus"]["helpersAdvice"] if plan.values["agents"]["fromWorkflow"] else "")
 
 
 def _kind(document: yaml.MappingNode) -> str:
