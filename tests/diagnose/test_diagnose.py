@@ -244,8 +244,8 @@ def test_without_the_kubernetes_client_one_line_says_what_to_install():
             "from torchdag.cli import torchdag_main\nsys.exit(torchdag_main(['logs', 'x']))")
     done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
     assert done.returncode == 2 and done.stderr == ("torchdag logs: error: this command needs the Kubernetes Python "
-                                                    "client: pip install 'torchdag[cluster]' (or pip install "
-                                                    "kubernetes)\n")
+                                                    "client: pip install '.[cluster]' in a checkout of torchdag "
+                                                    "(or pip install kubernetes)\n")
 
 
 def test_docs_list_every_signature():
