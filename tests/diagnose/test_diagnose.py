@@ -115,6 +115,15 @@ def test_waiting_ranks_without_a_silent_one_are_not_a_hang():
     ("event", "FailedScheduling: 0/1 nodes are available: 1 node(s) had untolerated taint {gpu: true}.",
      "untolerated-taint"),
     ("event", "FailedMount: MountVolume.SetUp failed for volume \"data\" : hostPath type check failed", "failed-mount"),
+    # the kubelet's words (pkg/volume/hostpath), as a real node printed them (facts: real nodes)
+    ("event", "FailedMount: MountVolume.SetUp failed for volume \"ascend-npu-smi\" : hostPath type check failed: "
+              "/usr/local/bin/npu-smi is not a file", "hostpath-missing"),
+    ("event", "FailedMount: MountVolume.SetUp failed for volume \"data\" : hostPath type check failed: /data/set is "
+              "not a directory", "hostpath-missing"),
+    ("log", "python3: can't open file '/opt/torchdag/trainer/agents/record.py': [Errno 2] No such file or directory",
+     "helper-missing"),
+    ("log", "/usr/bin/python3: can't open file '/workspace/train.py': [Errno 2] No such file or directory",
+     "script-missing"),
 ])
 def test_each_known_signature_is_recognised(source, text, expected):
     sig, found = signatures.match(text, source)
