@@ -39,7 +39,8 @@ def node(wf: str, rank: int, phase: str, message: str = "") -> tuple[str, dict]:
         "id": f"{wf}-{100 + rank}", "type": "Pod", "templateName": "cpu-x1", "name": f"{wf}.train(0).node-{rank}",
         "displayName": f"node-{rank}", "phase": phase, "message": message, "hostNodeName": f"host-{rank}",
         "startedAt": "2026-12-04T17:20:00Z", "finishedAt": f"2026-12-04T17:3{rank}:00Z",
-        "inputs": {"parameters": [{"name": "host", "value": f"host-{rank}"}, {"name": "node-rank", "value": str(rank)}]}}
+        "inputs": {"parameters": [{"name": "host", "value": f"host-{rank}"},
+                                  {"name": "node-rank", "value": str(rank)}]}}
 
 
 def packed(nodes: dict) -> str:
@@ -96,7 +97,7 @@ def api():
     fake = FakeApi()
 
     class Handler(BaseHTTPRequestHandler):
-        def do_GET(self):  # noqa: N802 -- http.server's name
+        def do_GET(self):
             url = urllib.parse.urlsplit(self.path)
             code, body = fake.answer(url.path, urllib.parse.parse_qs(url.query), self.headers)
             data = body.encode() if isinstance(body, str) else json.dumps(body).encode()
@@ -197,7 +198,8 @@ def test_a_missing_credential_plugin_is_one_line_not_a_stray_log_line_and_a_blam
 def test_a_credential_plugin_that_works_gives_its_token(tmp_path, capsys, api):
     plugin = tmp_path / "get-token"
     plugin.write_text(f"#!{sys.executable}\nimport json\nprint(json.dumps({{'apiVersion': "
-                      "'client.authentication.k8s.io/v1', 'kind': 'ExecCredential', 'status': {'token': 'from-exec'}}))\n")
+                      "'client.authentication.k8s.io/v1', 'kind': 'ExecCredential', "
+                      "'status': {'token': 'from-exec'}}))\n")
     plugin.chmod(0o755)
     path = kubeconfig(tmp_path / "config", api.url, user={"exec": {
         "apiVersion": "client.authentication.k8s.io/v1", "command": str(plugin)}})

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from torchdag.cli import SUBCOMMANDS, CLUSTER_COMMANDS, build_parser, cluster_parser
+from torchdag.cli import CLUSTER_COMMANDS, SUBCOMMANDS, build_parser, cluster_parser
 from torchdag.diagnose import signatures
 
 REPO = Path(__file__).resolve().parents[2]
@@ -59,7 +59,8 @@ def schema_field(path: str) -> bool:
         nodes = [start]
         for part in parts:
             name, items = part.removesuffix("[]"), part.endswith("[]")
-            nodes = [s["properties"][name] for n in nodes for s in _subschemas(n) if name in (s.get("properties") or {})]
+            nodes = [s["properties"][name] for n in nodes for s in _subschemas(n)
+                     if name in (s.get("properties") or {})]
             if items:
                 nodes = [s["items"] for n in nodes for s in _subschemas(n) if "items" in s]
         if nodes:
@@ -103,7 +104,8 @@ def command_problem(text: str) -> str | None:
 
 VALUES_SPAN = re.compile(r"([A-Za-z][\w]*(?:\[\])?(?:\.[A-Za-z][\w]*(?:\[\])?)*)(?::(?: .*)?)?")
 DOTTED = re.compile(r"(?<![\w/.`-])([a-z][A-Za-z]+(?:\[\])?(?:\.[a-z][A-Za-z]+)+)(?![\w/`-])")
-FILE = re.compile(r"(?<![\w`])((?:/opt/torchdag/|docs/|trainer/|torchdag/|tests/|examples/)[\w./-]*|[\w-]+\.(?:md|py|yaml))")
+FILE = re.compile(r"(?<![\w`])((?:/opt/torchdag/|docs/|trainer/|torchdag/|tests/|examples/)[\w./-]*"
+                  r"|[\w-]+\.(?:md|py|yaml))")
 ENV = re.compile(r"\b([A-Z][A-Z0-9]*_[A-Z0-9_]+)\b")
 WORKFLOWS = re.compile(r"\bthe (?:rendered )?Workflow's (\w+)")
 
