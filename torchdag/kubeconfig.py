@@ -29,6 +29,7 @@ from .errors import TorchdagError
 CLUSTER_INSTALL = "pip install '.[cluster]'"  # the wheel's extra, installed from a checkout of torchdag
 INSTALL_HINT = f"{CLUSTER_INSTALL} in a checkout of torchdag (or pip install kubernetes)"
 SERVICE_ACCOUNT = Path("/var/run/secrets/kubernetes.io/serviceaccount")
+AUTH_PROVIDERS = ("oidc", "gcp")  # the auth-provider names kubernetes.config.kube_config loads tokens for
 
 
 class ClusterUnusable(TorchdagError):
@@ -152,6 +153,12 @@ def _from_files(files: list[str], context: str | None, settings) -> tuple[str | 
     where = _path_of(contexts[name], shown)
     cluster_file = _path_of(_named(merged, "clusters", ctx.get("cluster")), where)
     user_file = _path_of(_named(merged, "users", ctx.get("user")), where)
+    user = getattr(_named(merged, "users", ctx.get("user")), "value", None) or {}
+    provider = ((user.get("user") or {}).get("auth-provider") or {}).get("name")
+    if provider and provider not in AUTH_PROVIDERS:  # the client would send no credentials, silently
+        raise ClusterUnusable(f"kubeconfig {user_file}: users[{ctx.get('user')}].user.auth-provider {provider!r} is "
+                              f"not one the client runs ({', '.join(AUTH_PROVIDERS)}); kubectl dropped it too "
+                              "(Kubernetes 1.26): use its exec credential plugin (e.g. kubelogin)")
     captured = _Captured()
     root = logging.getLogger()
     root.addHandler(captured)  # the client logs a failed credential plugin and goes on: say it instead

@@ -166,6 +166,8 @@ UNREADABLE = {
                            "no current-context; pass --context (its contexts: c)"),
     "a context it lacks": (lambda p: kubeconfig(p, "https://127.0.0.1:9", current="prod"),
                            "current-context 'prod': no such context (its contexts: c)"),
+    "an auth provider the client lacks": (lambda p: kubeconfig(p, "https://127.0.0.1:9", user={
+        "auth-provider": {"name": "azure", "config": {}}}), "auth-provider 'azure' is not one the client runs"),
     "an entry without a name": (lambda p: written(p, "clusters: [{cluster: {server: x}}]\n"),
                                 "clusters[0]: an entry without a name"),
 }

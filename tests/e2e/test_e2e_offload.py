@@ -6,17 +6,18 @@ whole-job restart to Succeeded, its node status kept in the database
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 
 import pytest
 import yaml
-from e2e_helpers import job, rank_of  # noqa: F401 (a fixture)
+from e2e_helpers import MAX_WORKFLOW_SIZE as LIMIT
+from e2e_helpers import job, padded, rank_of  # noqa: F401 (a fixture)
+
+from helpers import REPO
 
 pytestmark = pytest.mark.e2e
-LIMIT = 1048576  # Argo v4.0.5's MAX_WORKFLOW_SIZE
-
-
-def json_size(obj: dict) -> int:
-    return len(json.dumps(obj, separators=(",", ":")))
 
 
 def test_a_workflow_past_1_mib_offloads_its_node_status_through_a_restart(job):  # noqa: F811
@@ -29,9 +30,7 @@ def test_a_workflow_past_1_mib_offloads_its_node_status_through_a_restart(job): 
     # A workflow parameter nothing reads stands for a larger job's spec: the spec just under
     # the limit (Argo's own check, which render.py's guard mirrors), so that the status of
     # its first pods takes the Workflow past 1 MiB even gzipped, and Argo must offload.
-    pad = LIMIT - 600 - json_size(workflow) - len('"arguments":{"parameters":[{"name":"pad","value":""}]},')
-    workflow["spec"]["arguments"] = {"parameters": [{"name": "pad", "value": "x" * pad}]}
-    assert LIMIT - 700 < json_size(workflow) < LIMIT
+    workflow = padded(workflow, LIMIT - 600)
     path = job.dir / "padded.json"
     path.write_text(json.dumps(workflow))
     job.start(values, "--no-exec", "--no-exec-seconds", "60")
@@ -65,3 +64,12 @@ def test_a_workflow_past_1_mib_offloads_its_node_status_through_a_restart(job): 
     attempts = {p["metadata"]["annotations"]["workflows.argoproj.io/node-name"].split(".")[0]
                 for p in job.pods(name) if rank_of(p) is not None}
     assert attempts == {f"{name}(0)", f"{name}(1)"}, attempts
+    # torchdag status without Argo's server: one line says the nodes are in Argo's database,
+    # and every rank still shows, from its pods (by label)
+    done = subprocess.run([sys.executable, "-m", "torchdag", "status", name, "-n", job.namespace, "--kubeconfig",
+                           str(job.cluster.kubeconfig)], cwd=REPO, capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "ARGO_SERVER": ""})
+    assert done.returncode == 0 and len(done.stderr.splitlines()) == 1, done.stderr
+    assert "its node status is offloaded to Argo's database (status.offloadNodeStatusVersion" in done.stderr
+    assert sorted(row.split()[0] for row in done.stdout.splitlines()[2:] if row.split()[0].isdigit()) == \
+        [str(rank) for rank in range(len(nodes))], done.stdout
