@@ -317,6 +317,12 @@ def test_offloaded_nodes_are_read_through_argos_server_or_said_to_be_missing(tmp
     assert code == 0 and [r.split()[0] for r in out.splitlines()[2:]] == ["0"], out
     assert err.count("\n") == 1 and "its node status is offloaded to Argo's database" in err
     assert "pass --argo-server HOST:PORT (or set ARGO_SERVER)" in err
+    # no pod left either (podGC): said too, rather than an empty table alone
+    pods, api.pods = api.pods, []
+    code, out, err = run(capsys, "status", "huge-abcde", "--kubeconfig", path)
+    assert code == 0 and err.splitlines()[1] == ("torchdag status: workflow huge-abcde: none of its pods is left to "
+                                                 "show (podGC deletes them: workflow.podGC)"), err
+    api.pods = pods
     # through Argo's server (here the same loopback stand-in, on /api/v1/workflows/NS/NAME), with the kubeconfig's token
     api.argo_nodes = dict([node("huge-abcde", 0, "Running"), node("huge-abcde", 1, "Pending")])
     code, out, err = run(capsys, "status", "huge-abcde", "--kubeconfig", path, "--argo-server", api.url)

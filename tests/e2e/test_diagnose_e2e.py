@@ -184,7 +184,7 @@ def test_diagnose_status_and_logs_name_the_failed_rank_its_cause_and_fix(job):
     viewer_config = job.dir / "viewer.kubeconfig"
     viewer_config.write_text(yaml.safe_dump(viewer))
     for args, namespace, config, words in (
-            (["diagnose", "no-such-workflow"], None, None, "no Workflow 'no-such-workflow'"),
+            (["diagnose", "no-such-workflow"], None, None, "no Workflow and no job 'no-such-workflow'"),
             (["status", raised], "default", str(viewer_config), "forbidden: cannot read workflows.argoproj.io in "
                                                                 "namespace 'default'")):
         done, _ = torchdag(job, *args, namespace=namespace, kubeconfig=config)

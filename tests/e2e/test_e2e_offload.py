@@ -20,6 +20,12 @@ from helpers import REPO
 pytestmark = pytest.mark.e2e
 
 
+def torchdag_status(job, name: str) -> subprocess.CompletedProcess:  # noqa: F811 -- job: the fixture
+    return subprocess.run([sys.executable, "-m", "torchdag", "status", name, "-n", job.namespace, "--kubeconfig",
+                           str(job.cluster.kubeconfig)], cwd=REPO, capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "ARGO_SERVER": ""})
+
+
 def test_a_workflow_past_1_mib_offloads_its_node_status_through_a_restart(job):  # noqa: F811
     nodes = [{"address": f"198.18.9.{i + 1}", "nic": "eth9", "devices": 1, **({"master": True} if i == 0 else {})}
              for i in range(3)]
@@ -47,6 +53,14 @@ def test_a_workflow_past_1_mib_offloads_its_node_status_through_a_restart(job): 
     job.cluster.wait_for("every node's pod Running", lambda: len(running()) == len(nodes), timeout=300, every=1)
     # A pod deleted before Argo has seen it Running is made again (docs/e2e.md): delete a
     # running one until the second attempt starts. The node status is offloaded: pods are read.
+    # torchdag status without Argo's server: one line says the nodes are in Argo's database,
+    # and every rank still shows, from its pods (by label)
+    assert job.workflow(name)["status"].get("offloadNodeStatusVersion")
+    done = torchdag_status(job, name)
+    assert done.returncode == 0 and len(done.stderr.splitlines()) == 1, done.stderr
+    assert "its node status is offloaded to Argo's database (status.offloadNodeStatusVersion" in done.stderr
+    assert [row.split()[0] for row in done.stdout.splitlines()[2:] if row.split()[0].isdigit()] == \
+        [str(rank) for rank in range(len(nodes))], done.stdout
     for _ in range(3):
         pods = job.cluster.wait_for("a first-attempt pod Running", running, timeout=120, every=1)
         job.cluster.kubectl("delete", "pod", "-n", job.namespace, pods[-1]["metadata"]["name"], "--wait=false")
@@ -64,12 +78,3 @@ def test_a_workflow_past_1_mib_offloads_its_node_status_through_a_restart(job): 
     attempts = {p["metadata"]["annotations"]["workflows.argoproj.io/node-name"].split(".")[0]
                 for p in job.pods(name) if rank_of(p) is not None}
     assert attempts == {f"{name}(0)", f"{name}(1)"}, attempts
-    # torchdag status without Argo's server: one line says the nodes are in Argo's database,
-    # and every rank still shows, from its pods (by label)
-    done = subprocess.run([sys.executable, "-m", "torchdag", "status", name, "-n", job.namespace, "--kubeconfig",
-                           str(job.cluster.kubeconfig)], cwd=REPO, capture_output=True, text=True, timeout=60,
-                          env={**os.environ, "ARGO_SERVER": ""})
-    assert done.returncode == 0 and len(done.stderr.splitlines()) == 1, done.stderr
-    assert "its node status is offloaded to Argo's database (status.offloadNodeStatusVersion" in done.stderr
-    assert sorted(row.split()[0] for row in done.stdout.splitlines()[2:] if row.split()[0].isdigit()) == \
-        [str(rank) for rank in range(len(nodes))], done.stdout

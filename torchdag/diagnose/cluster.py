@@ -253,7 +253,11 @@ class Cluster:
     def snapshot(self, workflow: dict, tail: int | None = 2000, with_events: bool = True):
         """(workflow, pods, events, logs by pod name) for one Workflow (resolve's or fetch's);
         logs fetched in parallel."""
-        pods = self.pods((workflow.get("metadata") or {}).get("name", ""))
+        name = (workflow.get("metadata") or {}).get("name", "")
+        pods = self.pods(name)
+        if self.status_notes and not pods:  # nodes unread, and nothing to tell from instead
+            self.status_notes = self.status_notes + [
+                f"workflow {name}: none of its pods is left to show (podGC deletes them: workflow.podGC)"]
         events = self.events() if with_events else []
         names = [p["metadata"]["name"] for p in pods
                  if ((p.get("status") or {}).get("phase") or "Pending") != "Pending"
