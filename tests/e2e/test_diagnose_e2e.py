@@ -162,6 +162,7 @@ def test_diagnose_status_and_logs_name_the_failed_rank_its_cause_and_fix(job):
         assert result["exit"] == 1
         assert (result["first"]["rank"], result["first"]["host"]) == (1, "no-such-host"), json.dumps(result, indent=1)
         assert result["first"]["signature"] in ("no-such-host", "never-scheduled"), result["first"]
+        _full = json.loads(job.cluster.kubectl("get", "workflow", names["unscheduled"], "-n", job.namespace, "-o", "json", "--show-managed-fields").stdout); print("MEASURE", len(json.dumps(_full, separators=(",", ":"))), len(json.dumps(_full["metadata"].get("managedFields"), separators=(",", ":"))), len(json.dumps(wf["status"], separators=(",", ":"))), len(json.dumps(nodes_of(wf), separators=(",", ":"))), flush=True)
         # Its nodes are packed (status.compressedNodes), and rank 1's pod is gone (Argo deleted it
         # Pending when the watch stopped the job): status reads rank 1 from the packed nodes
         assert wf["status"].get("compressedNodes") and not wf["status"].get("nodes"), sorted(wf["status"])

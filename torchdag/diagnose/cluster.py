@@ -99,7 +99,7 @@ class Cluster:
             raise _explain(err, what, self.namespace, self.api.configuration.host) from None
 
     def workflow(self, name: str) -> dict | None:
-        """The Workflow by its name, its nodes readable (with_nodes), or None."""
+        """The Workflow of this name as the API stores it, or None (with_nodes reads its nodes)."""
         return self._json(self.custom.get_namespaced_custom_object, "workflows.argoproj.io", WORKFLOWS[0],
                           WORKFLOWS[1], self.namespace, WORKFLOWS[2], name)
 
@@ -202,7 +202,10 @@ class Cluster:
             except ValueError:
                 message = response.reason
             raise ClusterUnusable(f"Argo's server {base}: HTTP {response.status}: {message}")
-        return json.loads(body)
+        try:
+            return json.loads(body)
+        except ValueError:
+            raise ClusterUnusable(f"Argo's server {base} answered with no JSON (is it Argo's server?)") from None
 
     def pods(self, name: str) -> list[dict]:
         found = self._json(self.core.list_namespaced_pod, "pods", self.namespace,
