@@ -25,10 +25,13 @@ pytestmark = [pytest.mark.go, pytest.mark.torch, pytest.mark.e2e]
 FAULTS = "/opt/torchdag/tests/diagnose_faults.py"  # the kubelet maps /opt/torchdag to this checkout
 SCHEDULE_TIMEOUT = 60
 WATCH_POLL = 5  # the watch's default --poll
-# The unscheduled job's Workflow is padded to leave its status this many bytes under Argo's
-# MAX_WORKFLOW_SIZE: more than its nodes take packed, less than they take as they are, so
-# Argo stores them in status.compressedNodes, as it does a 1,000-machine job's.
-STATUS_ROOM = 4000
+# The unscheduled job's Workflow is padded to leave this many bytes under Argo's
+# MAX_WORKFLOW_SIZE for what the API server and the controller add (metadata, managedFields,
+# status): more than they take with the nodes packed, less than with the nodes as they are,
+# so Argo stores them in status.compressedNodes, as it does a 1,000-machine job's. Measured
+# here (2026-12-06): 3,551 bytes with them packed (1,485 of status, 1,453 of managedFields),
+# 5,422 as they are (2,943 of nodes instead of 1,072 packed).
+STATUS_ROOM = 4500
 
 
 def values_for(job, hosts: list[str], fault: str, port: int, extra: dict | None = None) -> dict:
@@ -162,7 +165,6 @@ def test_diagnose_status_and_logs_name_the_failed_rank_its_cause_and_fix(job):
         assert result["exit"] == 1
         assert (result["first"]["rank"], result["first"]["host"]) == (1, "no-such-host"), json.dumps(result, indent=1)
         assert result["first"]["signature"] in ("no-such-host", "never-scheduled"), result["first"]
-        _full = json.loads(job.cluster.kubectl("get", "workflow", names["unscheduled"], "-n", job.namespace, "-o", "json", "--show-managed-fields").stdout); print("MEASURE", len(json.dumps(_full, separators=(",", ":"))), len(json.dumps(_full["metadata"].get("managedFields"), separators=(",", ":"))), len(json.dumps(wf["status"], separators=(",", ":"))), len(json.dumps(nodes_of(wf), separators=(",", ":"))), flush=True)
         # Its nodes are packed (status.compressedNodes), and rank 1's pod is gone (Argo deleted it
         # Pending when the watch stopped the job): status reads rank 1 from the packed nodes
         assert wf["status"].get("compressedNodes") and not wf["status"].get("nodes"), sorted(wf["status"])

@@ -53,14 +53,6 @@ def test_a_workflow_past_1_mib_offloads_its_node_status_through_a_restart(job): 
     job.cluster.wait_for("every node's pod Running", lambda: len(running()) == len(nodes), timeout=300, every=1)
     # A pod deleted before Argo has seen it Running is made again (docs/e2e.md): delete a
     # running one until the second attempt starts. The node status is offloaded: pods are read.
-    # torchdag status without Argo's server: one line says the nodes are in Argo's database,
-    # and every rank still shows, from its pods (by label)
-    assert job.workflow(name)["status"].get("offloadNodeStatusVersion")
-    done = torchdag_status(job, name)
-    assert done.returncode == 0 and len(done.stderr.splitlines()) == 1, done.stderr
-    assert "its node status is offloaded to Argo's database (status.offloadNodeStatusVersion" in done.stderr
-    assert [row.split()[0] for row in done.stdout.splitlines()[2:] if row.split()[0].isdigit()] == \
-        [str(rank) for rank in range(len(nodes))], done.stdout
     for _ in range(3):
         pods = job.cluster.wait_for("a first-attempt pod Running", running, timeout=120, every=1)
         job.cluster.kubectl("delete", "pod", "-n", job.namespace, pods[-1]["metadata"]["name"], "--wait=false")
@@ -69,6 +61,14 @@ def test_a_workflow_past_1_mib_offloads_its_node_status_through_a_restart(job): 
             break
         except pytest.fail.Exception:
             continue
+    # torchdag status without Argo's server, while the second attempt's pods run (60 s): one
+    # line says the nodes are in Argo's database, and every rank still shows, from its pods
+    assert job.workflow(name)["status"].get("offloadNodeStatusVersion")
+    done = torchdag_status(job, name)
+    assert done.returncode == 0 and len(done.stderr.splitlines()) == 1, done.stderr
+    assert "its node status is offloaded to Argo's database (status.offloadNodeStatusVersion" in done.stderr
+    assert [row.split()[0] for row in done.stdout.splitlines()[2:] if row.split()[0].isdigit()] == \
+        [str(rank) for rank in range(len(nodes))], done.stdout
     wf = job.wait_finished(name, timeout=600)
     status = wf["status"]
     assert status["phase"] == "Succeeded", job.explain(name)
