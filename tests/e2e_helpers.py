@@ -4,6 +4,7 @@ of its own, so the tests of one cluster never see each other's pods."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import subprocess
@@ -128,27 +129,36 @@ def checkpoint_nodes(log: str) -> set[int]:
     return {int(n) for n in re.findall(r"^\[trainer\] node (\d+): checkpoint ", log, re.M)}
 
 
-@pytest.fixture
-def job(local_cluster, tmp_path, request):
-    """Three hosts and a namespace of this test, with the executor's Role bound to the
-    namespace's default ServiceAccount; afterwards the kubelet stopped, everything deleted."""
+@contextlib.contextmanager
+def open_job(cluster, directory: Path, hosts: int = 3):
+    """Hosts and a namespace of one job, with the executor's Role bound to the namespace's
+    default ServiceAccount; afterwards the kubelet stopped, everything deleted."""
     namespace = unique("e2e")
-    local_cluster.kubectl("create", "namespace", namespace)
+    cluster.kubectl("create", "namespace", namespace)
     role = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
             "metadata": {"name": "torchdag-executor", "namespace": namespace}, "rules": EXECUTOR_RULES}
     binding = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
                "metadata": {"name": "torchdag-executor", "namespace": namespace},
                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "torchdag-executor"},
                "subjects": [{"kind": "ServiceAccount", "name": "default", "namespace": namespace}]}
-    local_cluster.kubectl("create", "-f", "-", stdin=json.dumps({"apiVersion": "v1", "kind": "List",
-                                                                "items": [role, binding]}))
-    local_cluster.wait_for("the default ServiceAccount", lambda: local_cluster.kubectl(
+    cluster.kubectl("create", "-f", "-", stdin=json.dumps({"apiVersion": "v1", "kind": "List",
+                                                          "items": [role, binding]}))
+    cluster.wait_for("the default ServiceAccount", lambda: cluster.kubectl(
         "get", "serviceaccount", "default", "-n", namespace, check=False).returncode == 0)
-    made = Job(local_cluster, tmp_path, namespace, [unique("host") for _ in range(3)])
-    yield made
-    if made.kubelet:
-        made.kubelet.stop()
-    local_cluster.kubectl("delete", "workflows", "--all", "-n", namespace, "--wait=false", check=False)
-    local_cluster.kubectl("delete", "pods", "--all", "-n", namespace, "--force", "--grace-period=0", check=False)
-    local_cluster.kubectl("delete", "namespace", namespace, "--wait=false", check=False)
-    local_cluster.kubectl("delete", "node", *made.hosts, "--ignore-not-found", check=False)
+    made = Job(cluster, directory, namespace, [unique("host") for _ in range(hosts)])
+    try:
+        yield made
+    finally:
+        if made.kubelet:
+            made.kubelet.stop()
+        cluster.kubectl("delete", "workflows", "--all", "-n", namespace, "--wait=false", check=False)
+        cluster.kubectl("delete", "pods", "--all", "-n", namespace, "--force", "--grace-period=0", check=False)
+        cluster.kubectl("delete", "namespace", namespace, "--wait=false", check=False)
+        cluster.kubectl("delete", "node", *made.hosts, "--ignore-not-found", check=False)
+
+
+@pytest.fixture
+def job(local_cluster, tmp_path, request):
+    """Three hosts and a namespace of this test (open_job)."""
+    with open_job(local_cluster, tmp_path) as made:
+        yield made

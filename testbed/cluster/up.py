@@ -285,7 +285,7 @@ class Cluster:
     def _established(self, name: str) -> bool:
         crd = self.api(f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}") or {}
         return any(cond["type"] == "Established" and cond["status"] == "True"
-                   for cond in crd.get("status", {}).get("conditions", []))
+                   for cond in (crd.get("status") or {}).get("conditions") or [])  # null just after create
 
     def up(self, say=print, gang_schedulers: tuple[str, ...] = ()) -> None:
         """Everything not running started; `gang_schedulers` (kueue, coscheduling) added to the
