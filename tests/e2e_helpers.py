@@ -77,16 +77,20 @@ class Job:
 
     def start(self, values: Path, *kubelet_args: str, hosts_from: Path | None = None,
               image_maps: list[tuple[str, str]] | None = None, rbac: bool = True,
-              checkout_map_because: str = "") -> None:
+              checkout_map_because: str = "", serve: bool = True) -> None:
         """Register the values file's nodes (`make cluster-nodes`; or those of `hosts_from`,
         hosts that offer other than the job asks), grant the job's Roles (unless rbac is off)
         and serve the nodes. The kubelet maps what the image holds: torchdag's (the Dockerfile's
         files) unless `image_maps` names a user's image's own folders; the rest of the checkout
-        only for a test that says why (`checkout_map_because`)."""
+        only for a test that says why (`checkout_map_because`). `serve=False`: a kubelet of the
+        test module's own serves every job's Nodes (pods not pinned to a host, such as the
+        scheduling watch, may run on any job's)."""
         if rbac:
             self.grant(values)
         done = self.cluster.command("nodes", str(hosts_from or values))
         assert done.returncode == 0, done.stdout + done.stderr
+        if not serve:
+            return
         if checkout_map_because:
             print(f"the kubelet maps /opt/torchdag onto the checkout: {checkout_map_because}")
             maps = []

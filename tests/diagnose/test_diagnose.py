@@ -284,3 +284,18 @@ def test_without_the_kubernetes_client_one_line_says_what_to_install():
 def test_docs_list_every_signature():
     text = (REPO / "docs" / "failures.md").read_text()
     assert [s.id for s in signatures.load() if f"| `{s.id}` |" not in text] == []
+
+
+def test_a_gangs_pods_on_a_cluster_of_many_nodes_name_the_short_host_not_the_others():
+    """Seen under scheduler-plugins' Coscheduling on the local cluster (18 Nodes): the pod whose
+    host is short also lists every other Node as failing its host pin, and is insufficient-npu,
+    not no-such-host; the gang's other pods, held back for it, are effects."""
+    short = ("FailedScheduling: 0/18 nodes are available: 1 Insufficient huawei.com/Ascend310P, 17 node(s) didn't "
+             "match Pod's node affinity/selector. preemption: 0/18 nodes are available: 1 No preemption victims "
+             "found for incoming pod, 17 Preemption is not helpful for scheduling.")
+    assert signatures.match(short, "event")[0].id == "insufficient-npu"
+    absent = "FailedScheduling: 0/18 nodes are available: 18 node(s) didn't match Pod's node affinity/selector."
+    assert signatures.match(absent, "event")[0].id == "no-such-host"
+    held = signatures.match("FailedScheduling: 0/1 nodes are available: 1 optimistic rejection in PostFilter.",
+                            "event")[0]
+    assert (held.id, held.effect) == ("gang-held", True)
