@@ -310,7 +310,7 @@ bench: $(VENV_STAMP) $(HELM) $(BENCH_VENV)/.installed bench-cluster bench-tiers 
 	$(PY) bench/bench_status.py
 	$(PY) bench/bench_trainer.py
 
-bench-tiers: $(VENV_STAMP) ## make test-fast and make test timed against their budgets (3 and 25 minutes), and the test time per folder (about half an hour)
+bench-tiers: $(VENV_STAMP) ## make test-fast and make test (warm) timed against their budgets (3 and 25 minutes), and .ci/run in a fresh clone with empty caches (75); the test time per folder (about two hours)
 	$(PY) bench/bench_tiers.py
 
 SCALE_NODES ?= 256 1024 4096
