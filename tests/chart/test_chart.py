@@ -120,9 +120,11 @@ def test_drift_check_notices_an_edit(tmp_path, monkeypatch):
     shutil.copytree(CHART, copy)
     schema = tmp_path / "values.schema.json"
     shutil.copyfile(REPO / "schema" / "values.schema.json", schema)
+    shutil.copytree(REPO / "docs" / "rbac", tmp_path / "docs" / "rbac")
     monkeypatch.setattr(sync_chart, "CHART", copy)
     monkeypatch.setattr(sync_chart, "SCHEMA", schema)
-    assert set(sync_chart.outputs()) <= {schema, *copy.rglob("*")}
+    monkeypatch.setattr(sync_chart, "DOCS_ROOT", tmp_path)
+    assert set(sync_chart.outputs()) <= {schema, *copy.rglob("*"), *(tmp_path / "docs" / "rbac").glob("*")}
     assert sync_chart.main(["--check"]) == 0
     values = copy / "values.yaml"
     values.write_text(values.read_text(encoding="utf-8").replace("port: 29500", "port: 29501"), encoding="utf-8")

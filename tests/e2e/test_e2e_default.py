@@ -25,7 +25,7 @@ AGENTS = "/opt/torchdag/trainer/agents"
 ORIGINAL_STYLE = Path(__file__).resolve().parents[1] / "third_party" / "original_style.py"
 
 
-def default_job(job, extra: dict | None = None) -> Path:
+def default_job(job, extra: dict | None = None, file: str = "cluster.yaml") -> Path:
     """examples/cluster.yaml on this test's hosts and namespace, its script (/code/rl/BladeTrain.py,
     in the user's image) a hand-written job's; nothing else changed."""
     values = yaml.safe_load(EXAMPLE.read_text())
@@ -34,9 +34,9 @@ def default_job(job, extra: dict | None = None) -> Path:
     job.used = len(values["nodes"])
     values.update(namespace=job.namespace, port=free_port(), **(extra or {}))  # a port of its own on 127.0.0.1
     code = job.dir / "code" / "rl"
-    code.mkdir(parents=True)
+    code.mkdir(parents=True, exist_ok=True)
     (code / "BladeTrain.py").write_text(ORIGINAL_STYLE.read_text())
-    path = job.dir / "cluster.yaml"
+    path = job.dir / file
     path.write_text(yaml.safe_dump(values, sort_keys=False))
     return path
 
@@ -52,12 +52,21 @@ def seconds(wf: dict, start: str, end: str) -> float:
     return (times[1] - times[0]).total_seconds()
 
 
-@pytest.mark.parametrize("restarts", [0, 1], ids=["no-restarts", "maxRestarts-1"])
-def test_the_default_values_file_with_a_users_image_succeeds(job, restarts):
-    values = default_job(job, {"failurePolicy": {"maxRestarts": restarts}} if restarts else None)
-    name = started(job, values)
+def test_the_default_values_file_with_a_users_image_succeeds_with_and_without_restarts(job):
+    """Both jobs at once on the example's two machines (each on a port of its own)."""
+    plain = default_job(job)
+    restarted = default_job(job, {"name": "bladetrain-r", "failurePolicy": {"maxRestarts": 1}}, "restarts.yaml")
+    first = started(job, plain)
+    second = job.submit(job.render(restarted))
+    for name, restarts in ((first, 0), (second, 1)):
+        check_default_job(job, name, restarts)
+
+
+def check_default_job(job, name: str, restarts: int) -> None:
     wf = job.wait_finished(name, timeout=300)
     assert wf["status"]["phase"] == "Succeeded", job.explain(name)
+    print(f"examples/cluster.yaml, maxRestarts {restarts}: {wf['status']['phase']} in "
+          f"{seconds(wf, 'startedAt', 'finishedAt'):.0f} s")
     pods = {p["metadata"]["name"]: p for p in job.pods(name)}
     logs = "\n".join(job.log(p) for p in pods.values())
     for rank in (0, 1):
@@ -94,6 +103,7 @@ def test_without_its_roles_the_job_fails_within_a_minute_and_diagnose_names_the_
                            "--kubeconfig", str(job.cluster.kubeconfig)], cwd=REPO, capture_output=True, text=True,
                           timeout=120)
     report = done.stdout
+    print(f"the job without its Roles: {wf['status']['phase']} {took:.0f} s after its start\n{report}")
     assert done.returncode == 1, report + done.stderr
     cause = next(line for line in report.splitlines() if line.startswith("cause: "))
     fix = next(line for line in report.splitlines() if line.startswith("fix: "))

@@ -106,7 +106,8 @@ def test_gang_none_is_the_default_and_adds_nothing(tmp_path):
     doc = next(d for d in yaml.safe_load_all(pipeline.run(plain).text) if d and d["kind"] == "Workflow")
     templates = doc["spec"]["templates"]
     assert not [t["name"] for t in templates if "schedulerName" in t]
-    assert not [t["name"] for t in templates if "PodGroup" in (t.get("resource") or {}).get("manifest", "")]
+    assert not [t["name"] for t in templates
+                if yaml.safe_load((t.get("resource") or {}).get("manifest", "{}")).get("kind") == "PodGroup"]
     assert [task["name"] for task in templates[0]["dag"]["tasks"]][-2:] == ["schedule-watch", "agents"]
 
 

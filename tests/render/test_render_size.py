@@ -114,7 +114,7 @@ def test_past_200_dag_tasks_the_nodes_go_in_loop_tasks(tmp_path):
 
 
 def test_more_templates_than_argos_full_crds_take_is_refused_by_both(helm, tmp_path):
-    """201 node shapes make 202 templates and 201 loop tasks, and 99 under node recovery make
+    """201 node shapes make 204 templates and 203 DAG tasks, and 99 under node recovery make
     202 templates (a retry wrapper each, and the host check): the full CRDs refuse both, so
     both renderers do, naming the field (rule templates-too-many)."""
     from torchdag.pipeline import run
@@ -130,14 +130,15 @@ def test_more_templates_than_argos_full_crds_take_is_refused_by_both(helm, tmp_p
             run(path)
         lines = [line.split(": nodes: ", 1)[1] for line in str(error.value).splitlines()]
         for field, count in counts:
-            line = next(line for line in lines if f"items in {field}" in line)
+            line = next(line for line in lines if f"items in {field};" in line)
             assert f"make {count} items in {field}" in line
             assert f"refuse more than 200 ('{field}: Too many')" in line
             result = subprocess.run([helm, "template", "t", str(REPO / "chart"), "-f", str(path)], capture_output=True,
                                     text=True, timeout=300)
             assert result.returncode != 0 and f"nodes: {line}" in result.stderr, result.stderr[-2000:]
 
-    refused(job(201), ("spec.templates", 202), ("spec.templates[0].dag.tasks", 201))
+    # the DAG's entry, each shape, the watch, the helpers; the watch's and the helpers' tasks
+    refused(job(201), ("spec.templates", 204), ("spec.templates[0].dag.tasks", 203))
     refused(job(99, "failurePolicy: {maxRestarts: 1}\n"), ("spec.templates", 202))
     run(job(98, "failurePolicy: {maxRestarts: 1}\n"))  # 200: taken
 
