@@ -299,3 +299,20 @@ def test_a_gangs_pods_on_a_cluster_of_many_nodes_name_the_short_host_not_the_oth
     held = signatures.match("FailedScheduling: 0/1 nodes are available: 1 optimistic rejection in PostFilter.",
                             "event")[0]
     assert (held.id, held.effect) == ("gang-held", True)
+
+
+def test_a_gang_watchs_verdict_is_read_from_its_termination_message_when_its_log_is_out_of_reach():
+    """Seen on the loaded local cluster: the watch's log could not be fetched (its kubelet's API
+    too slow), while its pod's status held the verdict the watch writes as termination message."""
+    workflow = {"metadata": {"name": "job"}, "status": {"phase": "Failed"}}
+    verdict = ("gang not placed within 30 s: 0/3 pods scheduled; workloads job: couldn't assign flavors to pod set "
+               "ascend310p-x4: insufficient quota for huawei.com/Ascend310P in flavor default-flavor; node-rank 0 on "
+               "host host-a (pod job-ascend310p-x4-1): SchedulingGated: Scheduling is blocked due to non-empty "
+               "scheduling gates")
+    watch = {"metadata": {"name": "job-gang-watch-9", "labels": {"torchdag.io/role": "gang-watch"}},
+             "spec": {"nodeName": "node-a"},
+             "status": {"phase": "Failed", "containerStatuses": [{"name": "main", "state": {"terminated": {
+                 "exitCode": 1, "reason": "Error", "message": verdict, "finishedAt": "2026-12-06T09:20:00Z"}}}]}}
+    result = core.diagnose(workflow, core.build_views(workflow, [watch], [], {}))
+    assert (result.first.signature, result.first.pod.rank, result.first.pod.host) == ("gang-not-placed", 0, "host-a")
+    assert result.first.evidence == [verdict]

@@ -235,8 +235,10 @@ def elastic(job, gang: str) -> Run:
     run, watcher = _train(job, gang, 43 if gang == "kueue" else 44, "elastic: {minNodes: 2, rejoinSeconds: 10}\n")
     with watcher:
         lost = _running(job, run.name)[2]
-        job.cluster.kubectl("delete", "node", lost["spec"]["nodeName"], "--wait=false")
+        # The host is gone with its processes: the pod first, while the module's kubelet still
+        # serves its Node and ends its processes, then the Node.
         job.cluster.kubectl("delete", "pod", "-n", job.namespace, lost["metadata"]["name"], "--wait=false")
+        job.cluster.kubectl("delete", "node", lost["spec"]["nodeName"], "--wait=false")
         _finished(job, run, 500)
     run.metrics = json.loads((job.dir / "metrics.json").read_text()) if (job.dir / "metrics.json").exists() else {}
     return run
@@ -333,8 +335,10 @@ def test_a_gang_one_host_short_stays_unbound_and_is_stopped_at_its_timeout(runs,
     assert f"gang not placed within {GANG_TIMEOUT} s: 0/3 pods scheduled; " in run.log, run.log
     assert re.search(rf"\[gang-watch\] stopped workflow {run.name}: gang not placed within {GANG_TIMEOUT} s; "
                      rf"(podgroups|workloads) {run.name} deleted", run.log), run.log
-    # stopped at scheduling.timeout, plus one poll of the watch (and its PATCH and DELETE)
-    assert GANG_TIMEOUT <= run.took <= GANG_TIMEOUT + WATCH_POLL + 5, run.took
+    # stopped at scheduling.timeout plus one poll of the watch; the container's start and end as the
+    # kubelet reports them also hold the interpreter's start and the PATCH and DELETE, which took up
+    # to 12 s more at a load average of 50 on the 2-core machine
+    assert GANG_TIMEOUT <= run.took <= GANG_TIMEOUT + WATCH_POLL + 20, run.took
     first = run.diagnose.get("first") or {}
     evidence = " ".join(first.get("evidence", []))
     assert first.get("signature") == "gang-not-placed", run.diagnose

@@ -128,6 +128,12 @@ def findings_of(view: PodView) -> list[Finding]:
             sig = hit[0]
             evidence = _traceback_before(view.log, index) if sig.id == "python-exception" else [line.text]
             add(*hit, line.time or view.finished, evidence)
+    # The log can be out of reach (its kubelet slow or gone) where the pod's status still holds
+    # the termination message, which the scheduling watch writes its verdict to.
+    if view.termination:
+        hit = signatures.match(view.termination, "log")
+        if hit:
+            add(*hit, view.finished, [view.termination])
     return out
 
 
