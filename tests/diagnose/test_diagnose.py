@@ -299,6 +299,8 @@ def test_a_gangs_pods_on_a_cluster_of_many_nodes_name_the_short_host_not_the_oth
     held = signatures.match("FailedScheduling: 0/1 nodes are available: 1 optimistic rejection in PostFilter.",
                             "event")[0]
     assert (held.id, held.effect) == ("gang-held", True)
+    assert signatures.match("FailedScheduling: 0/1 nodes are available: 1 rejection in Unreserve.", "event")[0].id \
+        == "gang-held"
 
 
 def test_a_gang_watchs_verdict_is_read_from_its_termination_message_when_its_log_is_out_of_reach():

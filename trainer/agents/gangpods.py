@@ -19,10 +19,11 @@ ACTIVE = ("Pending", "Running", "", None)  # a pod not yet given a phase is pend
 # pod itself does not fit: such a rank is named after the ranks that do not fit (the cause),
 # so that the first rank of the watch's verdict, which diagnose names, is one whose host is
 # short. Read in scheduler-plugins v0.32.7 pkg/coscheduling (PostFilter's "optimistic rejection",
-# Permit's timeout, PreFilter's backoff and sibling count) and seen on the local cluster;
+# Permit's timeout and the Unreserve that follows it, PreFilter's backoff and sibling count) and
+# seen on the local cluster;
 # Kubernetes' own "SchedulingGated" is what a pod Kueue has not admitted shows.
-GANG_HELD = ("optimistic rejection in PostFilter", "rejected due to timeout after waiting", "failed recently",
-             "cannot find enough sibling pods", "SchedulingGated")
+GANG_HELD = ("optimistic rejection in PostFilter", "rejection in Unreserve", "rejected due to timeout after waiting",
+             "failed recently", "cannot find enough sibling pods", "SchedulingGated")
 
 
 def is_scheduled(pod: dict) -> bool:
