@@ -40,7 +40,8 @@ def lines_of(path) -> list[str]:
 # Lines of Python per folder: the product (what the wheel ships) and the test bed grow only
 # by a decision made here; a module is as long as its subject (MODULE_LIMIT only catches a
 # module that has become several).
-FOLDER_BUDGETS = {"torchdag": 4500, "testbed": 4800, "trainer": 3000}
+# testbed: 4800 + the real gang schedulers in the local cluster (testbed/cluster/schedulers.py, issue 40).
+FOLDER_BUDGETS = {"torchdag": 4500, "testbed": 5100, "trainer": 3000}
 MODULE_LIMIT = 600
 
 
