@@ -391,7 +391,8 @@ FIT_CASES += [
 def fit_values(values: dict) -> dict:
     """A drawn values file moved off the refusals of items 8 and 11 (tests/chart/test_chart_parity.py's
     strategy draws valid files): a port that can be bound, processGroup at least HCCL's step
-    on Ascend, no more restarts than the deadline holds, elastic.minNodes only where it can work."""
+    on Ascend, no more restarts than the deadline holds, elastic.minNodes only where it can work,
+    no launcher.maxRestarts under node recovery."""
     ascend = any(node.get("accelerator", "cpu").startswith("ascend") for node in values["nodes"])
     port = values.get("port", 29500)
     security, context = values.get("containerSecurity") or {}, values.get("securityContext") or {}

@@ -67,8 +67,8 @@ class Rendered:
     def warnings(self) -> list[str]:
         """Advice that does not stop rendering (printed on stderr)."""
         nodes = self.values["nodes"]
-        advice = (self._typing_warnings() + self._hccl_port_warnings()
-                  + self._executor_token_warnings() + self._shared_claim_warnings())
+        advice = (self._typing_warnings() + self._hccl_port_warnings() + self._executor_token_warnings()
+                  + self._shared_claim_warnings())
         if self.plan.network:
             return advice + [f"{self.source}: nodes[{index}].address: unused on the pod network (network.mode: pod): "
                              "the other nodes reach this node by its pod's DNS name; remove it"
