@@ -93,6 +93,7 @@ The catalogue as JSON; read it with `include "torchdag.catalog" . | fromJson`. *
     "/run/argo"
   ],
   "argoStatus": {
+    "margin": 5,
     "maxBytes": 1048576,
     "otherPods": [
       "watch",
@@ -115,8 +116,41 @@ The catalogue as JSON; read it with `include "torchdag.catalog" . | fromJson`. *
         "value": "helpers"
       }
     ],
-    "perAttempt": 1024,
-    "perPod": 96
+    "shapes": {
+      "elastic": {
+        "name": "node recovery with elastic members",
+        "perFailure": 1024,
+        "perFailureMachine": 330,
+        "perFailureMilliByte": 3500,
+        "perFailureOtherPod": 0,
+        "perJob": 4096,
+        "perMachine": 400,
+        "perMilliByte": 4500,
+        "perOtherPod": 200
+      },
+      "job": {
+        "name": "whole-job restarts",
+        "perFailure": 2048,
+        "perFailureMachine": 110,
+        "perFailureMilliByte": 1000,
+        "perFailureOtherPod": 200,
+        "perJob": 4096,
+        "perMachine": 110,
+        "perMilliByte": 1000,
+        "perOtherPod": 200
+      },
+      "node": {
+        "name": "node recovery",
+        "perFailure": 1024,
+        "perFailureMachine": 250,
+        "perFailureMilliByte": 2700,
+        "perFailureOtherPod": 0,
+        "perJob": 4096,
+        "perMachine": 330,
+        "perMilliByte": 3500,
+        "perOtherPod": 200
+      }
+    }
   },
   "ascendMounts": [
     {
@@ -772,7 +806,7 @@ The catalogue as JSON; read it with `include "torchdag.catalog" . | fromJson`. *
     "volume-on-driver": "{shown} is where torchdag mounts the Ascend driver ({mount}); set ascend.mountDriver: false to mount the driver yourself",
     "volume-on-shm": "{shown} is /dev/shm, which torchdag mounts (shmSize); set shmSize: \"\" to mount your own",
     "workflow-size-spec": "{count} nodes make a {kind} of {bytes} bytes as the API server stores it (JSON), over the {limit}-byte limit Argo's controller holds a Workflow to (it ends a larger one in Error before its first pod): split the job, or shorten args, env and names",
-    "workflow-size-status": "{count} nodes make a {kind} of {bytes} bytes (JSON), and Argo's status for {attempts} attempt(s) adds about {status} bytes (failurePolicy.maxRestarts {restarts}): over the {limit} bytes Argo keeps in one object, so the Workflow would end in Error mid-run; lower failurePolicy.maxRestarts, split the job, or, if the controller offloads node status to a database, set workflow.nodeStatusOffload"
+    "workflow-size-status": "{count} nodes make a {kind} of {bytes} bytes (JSON), and Argo's status under {shape} comes to about {status} bytes through the {restarts} failure(s) the job survives (failurePolicy.maxRestarts): over the {limit} bytes Argo keeps in one object, so the Workflow would end in Error mid-run; about {fits} machines like these fit. Set workflow.nodeStatusOffload if the controller offloads node status to a database (persistence.nodeStatusOffLoad: true), or run fewer machines, or lower failurePolicy.maxRestarts"
   },
   "network": {
     "masterAddress": "{master}.{run}.{{ "{{" }}workflow.namespace}}.svc.{clusterDomain}",
