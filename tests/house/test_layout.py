@@ -37,7 +37,9 @@ def lines_of(path) -> list[str]:
 # Lines of Python per folder: the product (what the wheel ships) and the test bed grow only
 # by a decision made here; a module is as long as its subject (MODULE_LIMIT only catches a
 # module that has become several).
-FOLDER_BUDGETS = {"torchdag": 4500, "testbed": 4800, "trainer": 3000}
+# torchdag 4,500 -> 4,900 (issue 39): `torchdag check --cluster` (diagnose/clustercheck.py, its
+# findings as data in clustercheck.yaml) and the size guard's per-shape status model.
+FOLDER_BUDGETS = {"torchdag": 4900, "testbed": 4800, "trainer": 3000}
 MODULE_LIMIT = 600
 
 
