@@ -106,6 +106,10 @@ def test_waiting_ranks_without_a_silent_one_are_not_a_hang():
      "shm-bus-error"),
     ("log", "/bin/sh: 1: torchrun: command not found", "command-not-found"),
     ("log", "torch.distributed.elastic.multiprocessing.api.SignalException: Process 41 got signal: 15", "stopped"),
+    ("log", 'Error from server (Forbidden): configmaps "job-agents" is forbidden: User "system:serviceaccount:ml:'
+            'default" cannot get resource "configmaps" in API group "" in the namespace "ml"', "forbidden"),
+    ("state", 'terminated Error: configmaps "job-agents" is forbidden: User "system:serviceaccount:ml:default" '
+              'cannot get resource "configmaps" in API group "" in the namespace "ml"', "forbidden"),
     ("state", "terminated OOMKilled", "oom-killed"),
     ("state", "waiting ImagePullBackOff: Back-off pulling image \"registry.example.com/t:0.1\"", "image-pull"),
     ("state", "waiting InvalidImageName: couldn't parse image reference \"Bad Name\"", "image-pull"),
@@ -120,6 +124,35 @@ def test_each_known_signature_is_recognised(source, text, expected):
     sig, found = signatures.match(text, source)
     cause, fix = sig.describe(found)
     assert sig.id == expected and cause and fix and not re.search(r"\{\d+\}", cause)
+
+
+def test_a_refused_call_names_the_verb_the_resource_and_the_role_file_that_grants_them():
+    """No Role applied: the `agents` task's apply of the helpers' ConfigMap is refused at once.
+    diagnose names the refused call, every verb the job needs on that resource, and the docs'
+    Role file to apply (catalogue `rbac`); the scheduling watch's own warning (it steps aside
+    without the bound) is no failure."""
+    message = ('no more retries Error from server (Forbidden): error when retrieving current configuration of: '
+               'configmaps "job-agents" is forbidden: User "system:serviceaccount:ml:default" cannot get resource '
+               '"configmaps" in API group "" in the namespace "ml"')
+    agents = {"metadata": {"name": "job-agents-1", "creationTimestamp": "2026-12-04T17:20:00Z",
+                           "annotations": {core.NODE_NAME_ANNOTATION: "job.agents"}},
+              "spec": {"nodeName": "node-a"},
+              "status": {"phase": "Failed", "containerStatuses": [{"name": "main", "state": {"terminated": {
+                  "exitCode": 1, "reason": "Error", "message": message, "finishedAt": "2026-12-04T17:20:03Z"}}}]}}
+    watch = {"metadata": {"name": "job-watch", "labels": {"torchdag.io/role": "schedule-watch"},
+                          "creationTimestamp": "2026-12-04T17:20:00Z"}, "spec": {}, "status": {"phase": "Succeeded"}}
+    workflow = {"metadata": {"name": "job", "namespace": "ml"}, "status": {"phase": "Failed"}}
+    warning = ('[gang-watch] warning: not watching scheduling (RBAC: not allowed to list pods in namespace ml (pods '
+               'is forbidden: User "system:serviceaccount:ml:default" cannot list resource "pods" in API group "" in '
+               'the namespace "ml"); ...)')
+    views = core.build_views(workflow, [agents, watch], [], {"job-agents-1": message, "job-watch": warning})
+    result = core.diagnose(workflow, views)
+    assert (result.status, result.first.signature, result.first.pod.name) == (1, "forbidden", "job-agents-1")
+    assert result.first.cause.startswith("the API refused the Workflow's ServiceAccount: it may not get "
+                                         "configmaps (RBAC); get, create and patch on configmaps are needed for "
+                                         "agents.fromWorkflow")
+    assert result.first.fix.startswith("kubectl apply -n ml -f docs/rbac/helpers.yaml (the Role torchdag-helpers")
+    assert not [f for f in result.others if f.signature == "forbidden"], "the watch's warning is no failure"
 
 
 def test_exit_codes_say_what_they_mean():

@@ -99,8 +99,12 @@ def test_gang_none_is_the_default_and_adds_nothing(tmp_path):
     explicit = tmp_path / "cpu.yaml"
     explicit.write_text(plain.read_text() + "scheduling: {gang: none}\n")
     assert pipeline.run(explicit).text == pipeline.run(plain).text
-    text = pipeline.run(plain).text
-    assert "schedulerName" not in text and "PodGroup" not in text and "gang-watch" not in text
+    doc = next(d for d in yaml.safe_load_all(pipeline.run(plain).text) if d and d["kind"] == "Workflow")
+    templates = doc["spec"]["templates"]
+    assert not [t["name"] for t in templates if "schedulerName" in t]
+    assert not [t["name"] for t in templates
+                if yaml.safe_load((t.get("resource") or {}).get("manifest", "{}")).get("kind") == "PodGroup"]
+    assert [task["name"] for task in templates[0]["dag"]["tasks"]][-2:] == ["schedule-watch", "agents"]
 
 
 def test_kueue_needs_a_queue_in_both_renderers(helm, tmp_path):

@@ -18,6 +18,7 @@ import yaml
 
 from .. import pipeline
 from ..catalog import catalog, fill
+from ..rbac import roles
 from ..render import check_documents, json_size, status_budget
 from .cluster import Cluster, ClusterUnusable, _explain
 
@@ -226,27 +227,25 @@ class Check:
             self.add("ok", say("gang-ok", gang=kind, deployment=entry["scheduler"]))
 
     def rights(self) -> None:
-        v, namespace = self.values, self.reader.cluster.namespace
-        features = {"helpers": bool(self.plan.agents), "podNetwork": self.plan.network is not None,
-                    "volcano": v["scheduling"]["gang"] == "volcano",
-                    "coscheduling": v["scheduling"]["gang"] == "coscheduling"}
-        pods = v.get("serviceAccountName") or "default"
-        accounts = {"pods": pods, "executor": v.get("executorServiceAccountName") or pods}
+        """Each verb of the Roles the job's features need (catalogue `rbac`, docs/rbac/), for the pods' account."""
+        namespace, rbac = self.reader.cluster.namespace, catalog()["rbac"]
+        account = self.values.get("serviceAccountName") or "default"
         checked, missing = 0, False
-        for right in facts()["rights"]:
-            if right.get("if") and not features[right["if"]]:
-                continue
-            account = accounts[right.get("account", "pods")]
-            checked += len(right["verbs"])
-            refused = [verb for verb in right["verbs"]
-                       if not self.allowed(namespace, account, verb, right["group"], right["resource"])]
-            if refused:
-                missing = True
-                self.add(right.get("level", "error"), say(
-                    "right-missing", namespace=namespace, account=account, verbs=", ".join(refused),
-                    resource=right["resource"], why=right["why"], group=f".{right['group']}" if right["group"] else ""))
+        for role in roles(self.plan):
+            grant = rbac["grants"][role]
+            for rule in grant["rules"]:
+                for group, resource in ((g, r) for g in rule["apiGroups"] for r in rule["resources"]):
+                    checked += len(rule["verbs"])
+                    refused = [verb for verb in rule["verbs"] if not self.allowed(namespace, account, verb, group,
+                                                                                 resource)]
+                    if refused:
+                        missing = True
+                        level = "warning" if resource in facts()["rightsWarnOnly"] else "error"
+                        self.add(level, say("right-missing", namespace=namespace, account=account, why=grant["why"],
+                                            verbs=", ".join(refused), resource=resource, group=f".{group}" if group
+                                            else "", file=f"{rbac['folder']}/{role}.yaml"))
         if not missing:
-            self.add("ok", say("rights-ok", namespace=namespace, account=pods, count=checked))
+            self.add("ok", say("rights-ok", namespace=namespace, account=account, count=checked))
 
     def allowed(self, namespace: str, account: str, verb: str, group: str, resource: str) -> bool:
         attributes = {"namespace": namespace, "verb": verb, "group": group, "resource": resource}

@@ -85,10 +85,11 @@ class Observation:
     Under Argo (`node_id`, from ARGO_NODE_ID) the watch finds its own pod by the
     `workflows.argoproj.io/node-id` annotation; its node name (`wf(1).gang-watch` after a
     restart) says which pods are of this attempt. Until the own pod is listed the look is
-    not `trusted`: an earlier attempt's placed pods must not count.
+    not `trusted`: an earlier attempt's placed pods must not count. `only`: the one rank
+    watched (a node's host check, beside its retried pod in the same attempt).
     """
 
-    def __init__(self, pods: list[dict], n: int, node_id: str | None):
+    def __init__(self, pods: list[dict], n: int, node_id: str | None, only: int | None = None):
         self.at = time.monotonic()
         self.n = n
         own = next((p for p in pods if node_id and _annotation(p, NODE_ID_ANNOTATION) == node_id), None)
@@ -118,7 +119,7 @@ class Observation:
                 by_rank.setdefault(rank, []).append(pod)
         self.by_rank = by_rank
         self.placed = {r for r, ps in by_rank.items() if any(is_scheduled(p) for p in ps)}
-        self.unplaced = [r for r in range(n) if r not in self.placed]
+        self.unplaced = [r for r in ([only] if only is not None else range(n)) if r not in self.placed]
         # A task of this attempt failed (say `gang`, the PodGroup) and no other pod is
         # pending or running: the Workflow only waits for this watch, and will fail.
         self.failing = failed if failed and not active and self.unplaced else None
