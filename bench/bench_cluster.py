@@ -347,11 +347,12 @@ def offloaded_nodes(layout: Layout, wf: dict) -> dict:
     return json.loads(done.stdout) if done.returncode == 0 and done.stdout.strip() else {}
 
 
-def held_size(layout: Layout, wf: dict) -> tuple[int, dict]:
+def held_size(layout: Layout, wf: dict, offloaded: dict | None = None) -> tuple[int, dict]:
     """What Argo would hold of the Workflow without a database (its JSON, status.nodes packed
-    as workflow/packer packs them), and the nodes: read back from the database when offloaded."""
+    as workflow/packer packs them), and the nodes: read back from the database when offloaded
+    (or `offloaded`, the nodes read back a moment ago: megabytes a read at thousands of machines)."""
     status = wf.get("status") or {}
-    nodes = status_nodes(status) or offloaded_nodes(layout, wf)
+    nodes = status_nodes(status) or (offloaded if offloaded is not None else offloaded_nodes(layout, wf))
     if status.get("offloadNodeStatusVersion") and nodes:
         status = {k: v for k, v in status.items() if k != "offloadNodeStatusVersion"}
         wf = dict(wf, status=dict(status, nodes=nodes))
@@ -387,7 +388,7 @@ def release_held_pods(layout: Layout) -> None:
 
 
 def measure_status(layout: Layout, folder: Path, n: int, shape: str, host_length: int, offload: bool,
-                   dump: Path | None, losses: tuple[str, ...] = ()) -> dict:
+                   dump: Path | None, losses: tuple[str, ...] = (), controller: dict | None = None) -> dict:
     """Argo's status for one shape through its failures, on to the Workflow's end: the packed
     size once every training pod runs and Argo's status says so, again after each failure once
     every pod runs again, at the end, and the largest seen (each read every few seconds).
@@ -412,17 +413,20 @@ def measure_status(layout: Layout, folder: Path, n: int, shape: str, host_length
     name = kubectl(layout, "create", "-f", str(workflow), "-o", "name").strip().split("/")[-1]
     row = {"nodes": n, "shape": shape, "host_length": host_length or len(host_names(1, 0)[0]), "offload": offload,
            "guard": verdict, "spec_bytes": spec, "budget_bytes": spec + budget, "bytes": {}, "seconds": {},
-           "largest_packed_bytes": 0, "compressed": False, "offloaded": False}
+           "largest_packed_bytes": 0, "compressed": False, "offloaded": False, "controller": controller}
     losses = list(stages)  # the failures still to make, in order
     stage, want = "running", n  # what is measured next, once `want` new training pods run
     before: dict = {}
     asked: set[str] = set()  # pods already made to fail
-    lost_at = said_at = 0.0
-    wf: dict = {}
-    while time.monotonic() - start < 3 * 3600:
+    lost_at = said_at = read_at = 0.0
+    wf, nodes = {}, {}
+    while time.monotonic() - start < 6 * 3600:
+        polled = time.monotonic()
         wf = json.loads(kubectl(layout, "get", "workflow", name, "-o", "json", "--show-managed-fields"))
         status = wf.get("status") or {}
-        size, nodes = held_size(layout, wf)
+        fresh = time.monotonic() - read_at > 60 or not status.get("offloadNodeStatusVersion")
+        size, nodes = held_size(layout, wf, None if fresh else nodes)
+        read_at = read_at if not fresh else time.monotonic()
         row["largest_packed_bytes"] = max(row["largest_packed_bytes"], size)
         row["compressed"] |= bool(status.get("compressedNodes"))
         row["offloaded"] |= bool(status.get("offloadNodeStatusVersion"))
@@ -459,7 +463,8 @@ def measure_status(layout: Layout, folder: Path, n: int, shape: str, host_length
             failing = [pod for pod in first_attempt_pods(layout, name) if pod not in kept]
             fail_pods(layout, [], failing)
             asked.update(failing)
-        time.sleep(2)
+        # Each read (a megabyte of Workflow, thousands of pods) costs the loaded machine: at most a third of it here.
+        time.sleep(max(2.0, 2 * (time.monotonic() - polled)))
     status = wf.get("status") or {}
     size, nodes = held_size(layout, wf)
     row["bytes"]["end"] = size
@@ -544,13 +549,16 @@ def main() -> int:
         if args.crd == "minimal":
             minimal_workflow_crd(layout)
         # Only the training pods are held: the watch and a host check end at once, as a real job's do.
-        cluster.kubelet(["--no-exec", "--no-exec-seconds", f"{args.hold:g}", "--no-exec-hold", "torchdag.io/node-rank"],
-                        say=lambda *a: None)
+        # Leases renewed every minute or two, not every 10 s: a thousand Nodes' heartbeats at
+        # Kubernetes' pace were a hundred writes a second, more than the Workflow's own on 2 cores
+        # (the controller manager's --node-monitor-grace-period here is 300 s).
+        lease = "120" if max(args.nodes) >= 2048 else "60"
+        cluster.kubelet(["--no-exec", "--no-exec-seconds", f"{args.hold:g}", "--no-exec-hold", "torchdag.io/node-rank",
+                         "--lease-every", lease], say=lambda *a: None)
         limit = catalog()["argoStatus"]["maxBytes"]
         for n in args.nodes if args.status else []:
             row = measure_status(layout, folder, n, args.status, args.host_length, args.offload,
-                                 Path(args.dump) if args.dump else None, tuple(args.lose or ()))
-            row["controller"] = controller
+                                 Path(args.dump) if args.dump else None, tuple(args.lose or ()), controller)
             print(json.dumps(row), flush=True)
             print(f"{n} nodes x 8, {args.status} shape, host names of {row['host_length']} characters: spec "
                   f"{row['spec_bytes']} B; packed {row['bytes']} B at each stage, "

@@ -321,10 +321,12 @@ def packed(nodes: dict) -> int:
     return go_gzip_size(json.dumps(dict(sorted(nodes.items())), separators=(",", ":")).encode())
 
 
-# What a finished Workflow's status holds beside its nodes (phase, times, conditions, the
-# artifact repository, progress, resource durations; the local cluster's, with room for a
-# message) and what the JSON of `"compressedNodes":"..."` adds around them.
-STATUS_REST = 2500
+# What Argo holds of a finished Workflow beyond the spec as rendered and the packed nodes: the
+# status's own fields (phase, times, conditions, the artifact repository, progress, resource
+# durations), `"compressedNodes":""`, the metadata the API server and Argo add (uid, versions,
+# labels, annotations) and the managedFields once the nodes are packed; measured beside the
+# nodes on the real controller at most about 2,200 bytes (bench/status_measured.json), with room.
+STATUS_REST = 2600
 
 
 def status_bytes(job: Job) -> int:
@@ -378,6 +380,40 @@ def fit(shape: str, margin: int, machines: int = 4096) -> dict:
     return figures
 
 
+def most_that_fit(shape: str, restarts: int, host_length: int) -> int:
+    """The most machines × 8 NPUs render.py's guard takes for the shape, short or hashed host
+    names, by bisection over real renders (the spec as rendered, the status as the guard counts it)."""
+    import tempfile
+
+    from torchdag import pipeline
+    from torchdag.errors import ValuesError
+
+    recovery = {"job": "job", "node": "node", "elastic": "node"}[shape]
+    folder = Path(tempfile.mkdtemp(prefix="torchdag-fits-"))
+
+    def taken(n: int) -> bool:
+        hosts = hashed_hosts(n, host_length) if host_length else [f"npu-{i:04d}" for i in range(n)]
+        nodes = "".join(f"  - {{name: {hosts[i]}, address: 10.{i // 250}.{i % 250}.1, nic: eth0, "
+                        "accelerator: ascend910, devices: 8}\n" for i in range(n))
+        extra = f"elastic: {{minNodes: {n - n // 8}}}\n" if shape == "elastic" else ""
+        path = folder / "v.yaml"
+        path.write_text(f"name: fits\nimage: img:1\nscript: /t.py\nfailurePolicy: {{maxRestarts: {restarts}, "
+                        f"recovery: {recovery}}}\n{extra}nodes:\n{nodes}")
+        try:
+            pipeline.run(path)
+            return True
+        except ValuesError:
+            return False
+
+    low, high = 1, 4096
+    if taken(high):
+        return high
+    while high - low > 1:
+        middle = (low + high) // 2
+        low, high = (middle, high) if taken(middle) else (low, middle)
+    return low
+
+
 def measured() -> list[dict]:
     """The real controller's rows (bench/status_measured.json)."""
     return json.loads(MEASURED.read_text(encoding="utf-8"))["rows"] if MEASURED.exists() else []
@@ -399,7 +435,10 @@ def record(dumps: list[str]) -> None:
                "stages_packed_bytes": run["bytes"], "largest_packed_bytes": run["largest_packed_bytes"],
                "status_bytes": run["status_bytes"],
                "argo_compressed_nodes": len(wf["status"].get("compressedNodes", "")),
-               "pod_nodes": run["pod_nodes"], "phase": run["phase"], "controller": run.get("controller")}
+               "pod_nodes": run["pod_nodes"], "phase": run["phase"],
+               # the runs of 2026-12-06 were made with these (their dumps predate the field)
+               "controller": run.get("controller") or {"qps": 100.0, "burst": 200,
+                                                       "resourceRateLimit": {"limit": 10.0, "burst": 25}}}
         rows[row["shape"], row["nodes"], row["host_length"], tuple(row["failures"])] = row
     ordered = sorted(rows.values(), key=lambda r: (r["shape"], r["host_length"], r["nodes"]))
     MEASURED.write_text(json.dumps({"source": "python bench/bench_cluster.py --status SHAPE --nodes 256 1024 "
@@ -425,6 +464,12 @@ def main() -> int:
         figures = {key: value for key, value in facts["shapes"][shape].items() if key != "name"}
         print(f"{shape}: the model's figures at 4,096 machines + {facts['margin']}%: {fit(shape, facts['margin'])}; "
               f"the catalogue's: {figures}")
+    print("the most machines x 8 NPUs the guard takes (render.py; offload off):")
+    for shape in ("job", "node", "elastic"):
+        for restarts in (0, 1, 2) if shape == "job" else (1, 2):
+            counts = [most_that_fit(shape, restarts, length) for length in (0, 63)]
+            print(f"  {shape:7s} failurePolicy.maxRestarts {restarts}: {counts[0]} with short host names, "
+                  f"{counts[1]} with 63-character ones")
     for row in measured():
         job = Job(row["shape"], row["nodes"], tuple(row["failures"]), seconds=row["seconds"], requests=False,
                   hosts=hashed_hosts(row["nodes"], row["host_length"]) if row["host_length"] > 8 else None,

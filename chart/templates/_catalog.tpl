@@ -119,36 +119,36 @@ The catalogue as JSON; read it with `include "torchdag.catalog" . | fromJson`. *
     "shapes": {
       "elastic": {
         "name": "node recovery with elastic members",
-        "perFailure": 1024,
-        "perFailureMachine": 330,
-        "perFailureMilliByte": 3500,
+        "perFailure": 0,
+        "perFailureMachine": 411,
+        "perFailureMilliByte": 5754,
         "perFailureOtherPod": 0,
-        "perJob": 4096,
-        "perMachine": 400,
-        "perMilliByte": 4500,
-        "perOtherPod": 200
+        "perJob": 3383,
+        "perMachine": 450,
+        "perMilliByte": 5819,
+        "perOtherPod": 400
       },
       "job": {
         "name": "whole-job restarts",
-        "perFailure": 2048,
-        "perFailureMachine": 110,
-        "perFailureMilliByte": 1000,
-        "perFailureOtherPod": 200,
-        "perJob": 4096,
-        "perMachine": 110,
-        "perMilliByte": 1000,
-        "perOtherPod": 200
+        "perFailure": 0,
+        "perFailureMachine": 117,
+        "perFailureMilliByte": 1237,
+        "perFailureOtherPod": 400,
+        "perJob": 3443,
+        "perMachine": 105,
+        "perMilliByte": 1182,
+        "perOtherPod": 400
       },
       "node": {
         "name": "node recovery",
-        "perFailure": 1024,
-        "perFailureMachine": 250,
-        "perFailureMilliByte": 2700,
+        "perFailure": 0,
+        "perFailureMachine": 411,
+        "perFailureMilliByte": 5751,
         "perFailureOtherPod": 0,
-        "perJob": 4096,
-        "perMachine": 330,
-        "perMilliByte": 3500,
-        "perOtherPod": 200
+        "perJob": 3373,
+        "perMachine": 451,
+        "perMilliByte": 5812,
+        "perOtherPod": 400
       }
     }
   },

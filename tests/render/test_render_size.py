@@ -76,20 +76,25 @@ def test_a_machines_own_bytes_are_what_the_other_machines_do_not_share(tmp_path)
     assert distinct_bytes(pipeline.run(path).plan) == 2 + 3
 
 
+CASES = {"fast": ((150, 0, 1), (300, 63, 2)), "scale": ((1024, 0, 2), (1024, 63, 1), (4096, 20, 1))}
+
+
 @pytest.mark.parametrize("shape", ["job", "node", "elastic"])
-def test_the_catalogue_stays_above_the_model(shape, tmp_path):
+@pytest.mark.parametrize("tier", ["fast", pytest.param("scale", marks=pytest.mark.scale)])
+def test_the_catalogue_stays_above_the_model(shape, tier, tmp_path):
     """Each shape's figures, as the guard sums them for a job through its failures, stay above
-    what bench/bench_status.py models for a month-long run's status at its end: short and
-    63-character hashed host names, a task per machine and loop tasks, one and two failures
-    (under node recovery each the master's loss, the most a failure adds)."""
+    what bench/bench_status.py models for a year-long run's status at its end: short and
+    hashed host names of 20 and 63 characters, a task per machine and loop tasks, one and two
+    failures (under node recovery each the master's loss, the most a failure adds)."""
     failure = "job" if shape == "job" else "master"
-    for n, host_length, restarts in ((150, 0, 1), (1024, 0, 2), (1024, 63, 1)):
+    for n, host_length, restarts in CASES[tier]:
         hosts = hashed_hosts(n, host_length) if host_length else [f"npu-{i:04d}" for i in range(n)]
         path = shape_values(tmp_path / f"{shape}-{n}.yaml", shape, n, restarts, hosts)
         model = status_bytes(Job(shape, n, (failure,) * restarts, hosts=hosts))
         assert guard_status(path) >= model, (shape, n, host_length, restarts)
 
 
+@pytest.mark.scale
 def test_the_catalogue_stays_above_the_real_controller_by_its_margin(tmp_path):
     """Every row the real controller gave (bench/status_measured.json: bench_cluster.py
     --status, through each failure to the Workflow's end) is below the shape's figures for
