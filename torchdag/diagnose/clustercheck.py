@@ -200,8 +200,8 @@ class Check:
                 yield "host-short", {"node": name, "resource": resource, "want": want,
                                      "have": allocatable.get(resource, "0")}
         for taint in spec.get("taints") or []:
-            if taint.get("effect") in ("NoSchedule", "NoExecute") and not any(_tolerates(t, taint)
-                                                                               for t in tolerations):
+            if (taint.get("effect") in ("NoSchedule", "NoExecute") and taint["key"] not in facts()["taintsOfConditions"]
+                    and not any(_tolerates(t, taint) for t in tolerations)):
                 text = f"{taint['key']}={taint.get('value', '')}:{taint['effect']}"
                 yield "host-taint", {"node": name, "taint": text}
         for key, value in selector.items():
