@@ -153,7 +153,9 @@ def test_a_serviceaccount_without_the_configmaps_right(place):
 
 
 def test_a_gang_without_its_scheduler(place):
-    """The local cluster stores Volcano's PodGroups (its CRD) but runs no Volcano."""
+    """The local cluster stores Volcano's PodGroups (its CRD) but runs no Volcano. The gang's
+    Role applied as docs/rbac.md says, only the scheduler is missing."""
+    place["cluster"].kubectl("apply", "-n", place["namespace"], "-f", str(REPO / "docs" / "rbac" / "gang-volcano.yaml"))
     status, lines = check(place, {"scheduling": {"gang": "volcano"}})
     assert status == 1 and errors(lines) == [
         "error: scheduling.gang volcano: no running volcano scheduler (Deployment volcano-system/volcano-scheduler: "
