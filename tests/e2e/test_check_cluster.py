@@ -122,11 +122,11 @@ def test_a_taint_the_job_does_not_tolerate_and_a_cordoned_host(place):
 
 
 def test_a_job_that_needs_offload_on_a_controller_without_it(place):
-    """4,096 x 8 under node recovery: its status does not fit beside its spec, so it needs the
-    controller's node status offload, which the local controller has and `argo-plain`'s lacks.
-    So large a job also hears about the controller's pace."""
+    """1,500 x 8 under node recovery: its status does not fit beside its spec (the master's loss
+    would retry every node), so it needs the controller's node status offload, which the local
+    controller has and `argo-plain`'s lacks. So large a job also hears about the controller's pace."""
     nodes = [{"name": f"npu-{i:04d}", "address": f"10.{i // 250}.{i % 250}.1", "accelerator": "ascend910",
-              "devices": 8} for i in range(4096)]
+              "devices": 8} for i in range(1500)]
     extra = {"nodes": nodes, "failurePolicy": {"maxRestarts": 1}, "workflow": {"nodeStatusOffload": True}}
     status, lines = check(place, extra, "--argo-namespace", place["plain"])
     assert status == 1
@@ -134,7 +134,7 @@ def test_a_job_that_needs_offload_on_a_controller_without_it(place):
            "values set workflow.nodeStatusOffload), but " \
            f"{place['plain']}/workflow-controller-configmap has no persistence.nodeStatusOffLoad: true: the " \
            f"Workflow would end in Error once its status passes {LIMIT} bytes" in lines, lines
-    assert any(line.startswith(f"warning: 4096 machines: the controller has no resourceRateLimit ({place['plain']}/"
+    assert any(line.startswith(f"warning: 1500 machines: the controller has no resourceRateLimit ({place['plain']}/"
                                "workflow-controller-configmap)") for line in lines), lines
     status, lines = check(place, extra)
     assert "ok: the job needs node status offload and the controller has it (argo/workflow-controller-configmap: " \
