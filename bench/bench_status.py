@@ -218,11 +218,13 @@ class Job:
                     if k == 0:
                         check = self.add(name, "host-check", "Skipped", steps_id, template="host-check",
                                          phase="Skipped", message="when '0 > 0' evaluated false", started=began,
-                                         finished=began, progress="", inputs=check_inputs)
-                    else:  # where it runs: any machine (beside), the node's own (before)
+                                         finished=began, progress="", flag={} if self.check_beside else None,
+                                         inputs=None if self.check_beside else check_inputs)
+                    else:  # where it runs: any machine (beside), the node's own (before); a few seconds of 50m cpu
                         other = self.hosts[(rank * 7919 + k) % n] if self.check_beside else self.hosts[rank]
-                        check, _ = self.pod(name, "host-check", steps_id, rank, check_inputs, started=began,
-                                            finished=began + 3, template="host-check", host=other)
+                        check = self.add(name, "host-check", "Pod", steps_id, template="host-check", started=began,
+                                         finished=began + 3, resources={"cpu": 0, "memory": 1}, inputs=check_inputs,
+                                         outputs={"exitCode": "0"}, host=other, synced=True)
                 else:
                     group = 0
                 pod, resources = self.pod(f"{steps_name}[{group}].train", "train", steps_id, rank, inputs, how=how,
@@ -240,7 +242,8 @@ class Job:
                                          phase="Failed" if how else "Succeeded", message=failed, started=began,
                                          finished=ended, progress=ok, resources=resources,
                                          flag={"retried": True}, inputs=self.parameters(rank),
-                                         children=step_groups[:1], outbound=[pod]))
+                                         children=step_groups[:1],
+                                         outbound=[pod, check] if check and self.check_beside else [pod]))
                 total += ended - began if resources else 0
             finals.append(pod)
             retry = self.add(retry_name, display, "Retry", dag, template=f"{SHAPE}-retry", started=attempts[rank][0][0],

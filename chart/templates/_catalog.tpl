@@ -120,12 +120,12 @@ The catalogue as JSON; read it with `include "torchdag.catalog" . | fromJson`. *
       "elastic": {
         "name": "node recovery with elastic members",
         "perFailure": 0,
-        "perFailureMachine": 411,
-        "perFailureMilliByte": 5754,
+        "perFailureMachine": 422,
+        "perFailureMilliByte": 5768,
         "perFailureOtherPod": 0,
-        "perJob": 3383,
-        "perMachine": 450,
-        "perMilliByte": 5819,
+        "perJob": 3371,
+        "perMachine": 453,
+        "perMilliByte": 5822,
         "perOtherPod": 400
       },
       "job": {
@@ -142,15 +142,16 @@ The catalogue as JSON; read it with `include "torchdag.catalog" . | fromJson`. *
       "node": {
         "name": "node recovery",
         "perFailure": 0,
-        "perFailureMachine": 411,
-        "perFailureMilliByte": 5751,
+        "perFailureMachine": 422,
+        "perFailureMilliByte": 5767,
         "perFailureOtherPod": 0,
-        "perJob": 3373,
-        "perMachine": 451,
-        "perMilliByte": 5812,
+        "perJob": 3358,
+        "perMachine": 453,
+        "perMilliByte": 5815,
         "perOtherPod": 400
       }
-    }
+    },
+    "specPerMachineAtLeast": 24
   },
   "ascendMounts": [
     {
