@@ -146,8 +146,12 @@ def size_problem(plan: Plan, kind: str, spec_bytes: int) -> Problem | None:
     if spec_bytes + status <= limit:
         return None
     _, job, per_machine = status_parts(plan)
-    # The machines that would fit: the same spec and status bytes a machine.
-    fits = max(0, 1000 * (limit - job) // (1000 * spec_bytes // len(plan.nodes) + per_machine))
+    # The machines that would fit: each keeps the fewest spec bytes a machine adds and its own
+    # values; the rest of the spec (templates, helpers) stays whatever the count.
+    machines, own = len(plan.nodes), distinct_bytes(plan)
+    floor = catalog()["argoStatus"]["specPerMachineAtLeast"]
+    fixed = max(0, spec_bytes - machines * floor - own)
+    fits = max(0, 1000 * (limit - job - fixed) // (1000 * floor + 1000 * own // machines + per_machine))
     return problem("workflow-size-spec" if spec_bytes > limit else "workflow-size-status", ("nodes",),
                    count=len(plan.nodes), kind=kind, bytes=spec_bytes, limit=limit, status=status, restarts=failures,
                    shape=catalog()["argoStatus"]["shapes"][status_shape(plan)]["name"], fits=fits)
