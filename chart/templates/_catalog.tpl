@@ -712,7 +712,11 @@ The catalogue as JSON; read it with `include "torchdag.catalog" . | fromJson`. *
       },
       "roleAnnotation": "kueue.x-k8s.io/role-hash",
       "schedulerName": "",
-      "tooManyPodSets": "kueue makes a Workload podSet of each node template, and these nodes make {count} templates (they differ in accelerator, devices, resources or NIC mode: {names}); a Workload holds at most {max} podSets, so Kueue would never admit the gang: make the nodes alike, or use volcano or coscheduling"
+      "tooManyPodSets": "kueue makes a Workload podSet of each node template, and these nodes make {count} templates (they differ in accelerator, devices, resources or NIC mode: {names}); a Workload holds at most {max} podSets, so Kueue would never admit the gang: make the nodes alike, or use volcano or coscheduling",
+      "watchObject": {
+        "apiVersion": "kueue.x-k8s.io/v1beta2",
+        "resource": "workloads"
+      }
     },
     "volcano": {
       "podAnnotations": {
@@ -799,7 +803,7 @@ The catalogue as JSON; read it with `include "torchdag.catalog" . | fromJson`. *
       },
       {
         "if": [
-          "podGroup"
+          "watchObject"
         ],
         "value": "--podgroup={apiVersion}/{resource}/{group}"
       },
@@ -1034,6 +1038,23 @@ The catalogue as JSON; read it with `include "torchdag.catalog" . | fromJson`. *
         ],
         "why": "scheduling.gang coscheduling: the `gang` task applies the job's PodGroup, and the gang watch deletes it when it stops the job"
       },
+      "gang-kueue": {
+        "rules": [
+          {
+            "apiGroups": [
+              "kueue.x-k8s.io"
+            ],
+            "resources": [
+              "workloads"
+            ],
+            "verbs": [
+              "get",
+              "delete"
+            ]
+          }
+        ],
+        "why": "scheduling.gang kueue: the gang watch reads the group's Workload for Kueue's reason when the gang is not admitted, and deletes it when it stops the job (else Kueue's finalizer keeps the deleted pods Terminating)"
+      },
       "gang-volcano": {
         "rules": [
           {
@@ -1154,6 +1175,12 @@ The catalogue as JSON; read it with `include "torchdag.catalog" . | fromJson`. *
       },
       {
         "if": [
+          "kueue"
+        ],
+        "value": "gang-kueue"
+      },
+      {
+        "if": [
           "coscheduling"
         ],
         "value": "gang-coscheduling"
@@ -1268,7 +1295,7 @@ The catalogue as JSON; read it with `include "torchdag.catalog" . | fromJson`. *
       "--timeout={timeout}",
       {
         "if": [
-          "podGroup"
+          "watchObject"
         ],
         "value": "--podgroup={apiVersion}/{resource}/{group}"
       },
