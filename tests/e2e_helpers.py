@@ -10,6 +10,7 @@ them), applied from those files."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import shlex
@@ -76,16 +77,20 @@ class Job:
 
     def start(self, values: Path, *kubelet_args: str, hosts_from: Path | None = None,
               image_maps: list[tuple[str, str]] | None = None, rbac: bool = True,
-              checkout_map_because: str = "") -> None:
+              checkout_map_because: str = "", serve: bool = True) -> None:
         """Register the values file's nodes (`make cluster-nodes`; or those of `hosts_from`,
         hosts that offer other than the job asks), grant the job's Roles (unless rbac is off)
         and serve the nodes. The kubelet maps what the image holds: torchdag's (the Dockerfile's
         files) unless `image_maps` names a user's image's own folders; the rest of the checkout
-        only for a test that says why (`checkout_map_because`)."""
+        only for a test that says why (`checkout_map_because`). `serve=False`: a kubelet of the
+        test module's own serves every job's Nodes (pods not pinned to a host, such as the
+        scheduling watch, may run on any job's)."""
         if rbac:
             self.grant(values)
         done = self.cluster.command("nodes", str(hosts_from or values))
         assert done.returncode == 0, done.stdout + done.stderr
+        if not serve:
+            return
         if checkout_map_because:
             print(f"the kubelet maps /opt/torchdag onto the checkout: {checkout_map_because}")
             maps = []
@@ -142,6 +147,36 @@ class Job:
         return "\n".join(parts)
 
 
+MAX_WORKFLOW_SIZE = 1048576  # Argo v4.0.5's workflow/packer default: json.Marshal(wf), spec and status
+
+
+def json_size(obj: dict) -> int:
+    return len(json.dumps(obj, separators=(",", ":")).encode())
+
+
+def padded(workflow: dict, size: int) -> dict:
+    """The Workflow with a parameter nothing reads, standing for a larger job's spec: its JSON
+    `size` bytes before any status, so that its status takes it past Argo's MAX_WORKFLOW_SIZE
+    at the bytes left."""
+    out = json.loads(json.dumps(workflow))
+    params = out["spec"].setdefault("arguments", {}).setdefault("parameters", [])
+    params.append({"name": "pad", "value": ""})
+    params[-1]["value"] = "x" * (size - json_size(out))
+    assert json_size(out) == size
+    return out
+
+
+def nodes_of(workflow: dict) -> dict:
+    """status.nodes, or what Argo packed into status.compressedNodes (gzip, base64)."""
+    import base64
+    import gzip
+
+    status = workflow.get("status") or {}
+    if status.get("compressedNodes"):
+        return json.loads(gzip.decompress(base64.b64decode(status["compressedNodes"])))
+    return status.get("nodes") or {}
+
+
 def started_processes(kubelet_log: str) -> list[tuple[str, list[str]]]:
     """(pod, argv) of each process the kubelet started (its `pid N (process, ...): ARGV > LOG` lines)."""
     line = r"^\[kubelet [\d:]+\] (\S+)/(\S+) \S+: pid \d+ \(process, device \w+\): (.*) > \S+$"
@@ -164,19 +199,30 @@ def checkpoint_nodes(log: str) -> set[int]:
     return {int(n) for n in re.findall(r"^\[trainer\] node (\d+): checkpoint ", log, re.M)}
 
 
+@contextlib.contextmanager
+def open_job(cluster, directory: Path, hosts: int = 3):
+    """Hosts and a namespace of one job (Job.start grants the job's Roles to its default
+    ServiceAccount); afterwards the kubelet stopped, everything deleted."""
+    namespace = unique("e2e")
+    cluster.kubectl("create", "namespace", namespace)
+    cluster.wait_for("the default ServiceAccount", lambda: cluster.kubectl(
+        "get", "serviceaccount", "default", "-n", namespace, check=False).returncode == 0)
+    made = Job(cluster, directory, namespace, [unique("host") for _ in range(hosts)])
+    try:
+        yield made
+    finally:
+        if made.kubelet:
+            made.kubelet.stop()
+        cluster.kubectl("delete", "workflows", "--all", "-n", namespace, "--wait=false", check=False)
+        # --wait=false: a gang scheduler's finalizer (Kueue's kueue.x-k8s.io/managed) may hold a pod a while
+        cluster.kubectl("delete", "pods", "--all", "-n", namespace, "--force", "--grace-period=0", "--wait=false",
+                        check=False)
+        cluster.kubectl("delete", "namespace", namespace, "--wait=false", check=False)
+        cluster.kubectl("delete", "node", *made.hosts, "--ignore-not-found", check=False)
+
+
 @pytest.fixture
 def job(local_cluster, tmp_path, request):
-    """Three hosts and a namespace of this test (Job.start grants the job's Roles to its
-    default ServiceAccount); afterwards the kubelet stopped, everything deleted."""
-    namespace = unique("e2e")
-    local_cluster.kubectl("create", "namespace", namespace)
-    local_cluster.wait_for("the default ServiceAccount", lambda: local_cluster.kubectl(
-        "get", "serviceaccount", "default", "-n", namespace, check=False).returncode == 0)
-    made = Job(local_cluster, tmp_path, namespace, [unique("host") for _ in range(3)])
-    yield made
-    if made.kubelet:
-        made.kubelet.stop()
-    local_cluster.kubectl("delete", "workflows", "--all", "-n", namespace, "--wait=false", check=False)
-    local_cluster.kubectl("delete", "pods", "--all", "-n", namespace, "--force", "--grace-period=0", check=False)
-    local_cluster.kubectl("delete", "namespace", namespace, "--wait=false", check=False)
-    local_cluster.kubectl("delete", "node", *made.hosts, "--ignore-not-found", check=False)
+    """Three hosts and a namespace of this test (open_job)."""
+    with open_job(local_cluster, tmp_path) as made:
+        yield made

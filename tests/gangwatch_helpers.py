@@ -78,6 +78,7 @@ class FakeApi:
         self.patch: list[tuple[int, dict]] = [(200, RUNNING_WF)]
         self.delete: tuple[int, dict] = (200, {"kind": "PodGroup"})
         self.pod_status: tuple[int, dict] = (200, {"kind": "Pod"})  # PATCH of a pod's status
+        self.objects: dict[str, tuple[int, dict]] = {}  # GET (and DELETE) of other paths: a gang's object
         self.requests: list[dict] = []
         self.lock = threading.Lock()
 
@@ -93,8 +94,10 @@ class FakeApi:
                 return self.workflow
             if method == "PATCH" and route == WF_PATH:
                 return self.patch.pop(0) if len(self.patch) > 1 else self.patch[0]
-            if method == "DELETE" and route == PODGROUP_PATH:
+            if method == "DELETE" and (route == PODGROUP_PATH or route in self.objects):
                 return self.delete
+            if method == "GET" and route in self.objects:
+                return self.objects[route]
             if method == "PATCH" and route.startswith(PODS_PATH + "/") and route.endswith("/status"):
                 return self.pod_status
             return status(404, f"no route for {method} {route}")

@@ -16,10 +16,14 @@ def elastic_from(values: dict) -> int:
 
 def _watch_facts(values: dict, nodes: int, gang_plan: dict | None) -> dict:
     """The facts of the scheduling watch's arguments (catalogue `watch` and `hostCheck`)."""
-    group = catalog()["gangs"][gang_plan["kind"]]["podGroup"] if gang_plan else None
+    entry = catalog()["gangs"][gang_plan["kind"]] if gang_plan else {}
+    group = entry.get("podGroup")
+    # The object the watch reads the gang's reason from and deletes: the PodGroup, or Kueue's Workload.
+    watched = group or entry.get("watchObject")
     least = elastic_from(values)
-    return {**(group or {}), "group": catalog()["gangName"], "count": str(nodes), "gang": bool(gang_plan),
+    return {**(watched or {}), "group": catalog()["gangName"], "count": str(nodes), "gang": bool(gang_plan),
             "timeout": str(int(values["scheduling"]["timeout"])), "podGroup": bool(group),
+            "watchObject": bool(watched),
             "elastic": least < nodes, "minNodes": str(least),
             "rejoinSeconds": str(int(values["elastic"]["rejoinSeconds"])),
             "input:node-rank": fill(catalog()["container"]["inputParameter"], {"name": "node-rank"})}

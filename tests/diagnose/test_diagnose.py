@@ -119,6 +119,15 @@ def test_waiting_ranks_without_a_silent_one_are_not_a_hang():
     ("event", "FailedScheduling: 0/1 nodes are available: 1 node(s) had untolerated taint {gpu: true}.",
      "untolerated-taint"),
     ("event", "FailedMount: MountVolume.SetUp failed for volume \"data\" : hostPath type check failed", "failed-mount"),
+    # the kubelet's words (pkg/volume/hostpath), as a real node printed them (facts: real nodes)
+    ("event", "FailedMount: MountVolume.SetUp failed for volume \"ascend-npu-smi\" : hostPath type check failed: "
+              "/usr/local/bin/npu-smi is not a file", "hostpath-missing"),
+    ("event", "FailedMount: MountVolume.SetUp failed for volume \"data\" : hostPath type check failed: /data/set is "
+              "not a directory", "hostpath-missing"),
+    ("log", "python3: can't open file '/opt/torchdag/trainer/agents/record.py': [Errno 2] No such file or directory",
+     "helper-missing"),
+    ("log", "/usr/bin/python3: can't open file '/workspace/train.py': [Errno 2] No such file or directory",
+     "script-missing"),
 ])
 def test_each_known_signature_is_recognised(source, text, expected):
     sig, found = signatures.match(text, source)
@@ -148,7 +157,7 @@ def test_a_refused_call_names_the_verb_the_resource_and_the_role_file_that_grant
     views = core.build_views(workflow, [agents, watch], [], {"job-agents-1": message, "job-watch": warning})
     result = core.diagnose(workflow, views)
     assert (result.status, result.first.signature, result.first.pod.name) == (1, "forbidden", "job-agents-1")
-    assert result.first.cause.startswith("the API refused the Workflow's ServiceAccount: it may not get "
+    assert result.first.cause.startswith("the API refused the ServiceAccount the job's pods run as: it may not get "
                                          "configmaps (RBAC); get, create and patch on configmaps are needed for "
                                          "agents.fromWorkflow")
     assert result.first.fix.startswith("kubectl apply -n ml -f docs/rbac/helpers.yaml (the Role torchdag-helpers")
@@ -277,10 +286,44 @@ def test_without_the_kubernetes_client_one_line_says_what_to_install():
             "from torchdag.cli import torchdag_main\nsys.exit(torchdag_main(['logs', 'x']))")
     done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
     assert done.returncode == 2 and done.stderr == ("torchdag logs: error: this command needs the Kubernetes Python "
-                                                    "client: pip install 'torchdag[cluster]' (or pip install "
-                                                    "kubernetes)\n")
+                                                    "client: pip install '.[cluster]' in a checkout of torchdag "
+                                                    "(or pip install kubernetes)\n")
 
 
 def test_docs_list_every_signature():
     text = (REPO / "docs" / "failures.md").read_text()
     assert [s.id for s in signatures.load() if f"| `{s.id}` |" not in text] == []
+
+
+def test_a_gangs_pods_on_a_cluster_of_many_nodes_name_the_short_host_not_the_others():
+    """Seen under scheduler-plugins' Coscheduling on the local cluster (18 Nodes): the pod whose
+    host is short also lists every other Node as failing its host pin, and is insufficient-npu,
+    not no-such-host; the gang's other pods, held back for it, are effects."""
+    short = ("FailedScheduling: 0/18 nodes are available: 1 Insufficient huawei.com/Ascend310P, 17 node(s) didn't "
+             "match Pod's node affinity/selector. preemption: 0/18 nodes are available: 1 No preemption victims "
+             "found for incoming pod, 17 Preemption is not helpful for scheduling.")
+    assert signatures.match(short, "event")[0].id == "insufficient-npu"
+    absent = "FailedScheduling: 0/18 nodes are available: 18 node(s) didn't match Pod's node affinity/selector."
+    assert signatures.match(absent, "event")[0].id == "no-such-host"
+    held = signatures.match("FailedScheduling: 0/1 nodes are available: 1 optimistic rejection in PostFilter.",
+                            "event")[0]
+    assert (held.id, held.effect) == ("gang-held", True)
+    assert signatures.match("FailedScheduling: 0/1 nodes are available: 1 rejection in Unreserve.", "event")[0].id \
+        == "gang-held"
+
+
+def test_a_gang_watchs_verdict_is_read_from_its_termination_message_when_its_log_is_out_of_reach():
+    """Seen on the loaded local cluster: the watch's log could not be fetched (its kubelet's API
+    too slow), while its pod's status held the verdict the watch writes as termination message."""
+    workflow = {"metadata": {"name": "job"}, "status": {"phase": "Failed"}}
+    verdict = ("gang not placed within 30 s: 0/3 pods scheduled; workloads job: couldn't assign flavors to pod set "
+               "ascend310p-x4: insufficient quota for huawei.com/Ascend310P in flavor default-flavor; node-rank 0 on "
+               "host host-a (pod job-ascend310p-x4-1): SchedulingGated: Scheduling is blocked due to non-empty "
+               "scheduling gates")
+    watch = {"metadata": {"name": "job-gang-watch-9", "labels": {"torchdag.io/role": "gang-watch"}},
+             "spec": {"nodeName": "node-a"},
+             "status": {"phase": "Failed", "containerStatuses": [{"name": "main", "state": {"terminated": {
+                 "exitCode": 1, "reason": "Error", "message": verdict, "finishedAt": "2026-12-06T09:20:00Z"}}}]}}
+    result = core.diagnose(workflow, core.build_views(workflow, [watch], [], {}))
+    assert (result.first.signature, result.first.pod.rank, result.first.pod.host) == ("gang-not-placed", 0, "host-a")
+    assert result.first.evidence == [verdict]

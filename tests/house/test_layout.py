@@ -20,8 +20,10 @@ CHART_LOGIC = ("_plan.tpl", "_validate.tpl", "_helpers.tpl")
 CHART_LOGIC_LIMIT = 574
 # Rules only one renderer has: the chart's placeholders exist only in chart/values.yaml; the
 # chart names its Workflow after the release (checked there), render.py its runs after `name`.
+# key-full-width: Helm's schema check refuses such a key (propertyNames, additionalProperties)
+# before the chart's rules run.
 ONE_TWIN = {"chart-placeholder": "chart", "release-name-service": "chart", "name-run-length": "python",
-            "network-service-name": "python"}
+            "network-service-name": "python", "key-full-width": "python"}
 # Rules the renderers code, not the validators: the Workflow's size needs the rendered text,
 # the count of templates and tasks the plan (the chart's in _workflow.tpl).
 RENDER_TWINS = {"workflow-size-spec", "workflow-size-status"}
@@ -40,9 +42,12 @@ def lines_of(path) -> list[str]:
 # Lines of Python per folder: the product (what the wheel ships) and the test bed grow only
 # by a decision made here; a module is as long as its subject (MODULE_LIMIT only catches a
 # module that has become several).
-# torchdag 4,500 -> 4,900 (issue 39): `torchdag check --cluster` (diagnose/clustercheck.py, its
+# torchdag 4,500 -> 4,800 (issue 38): kubeconfigs as kubectl reads them, a NAME as a user
+# means it, the nodes at every size Argo stores them, the values a Chinese input method types.
+# testbed: 4800 + the real gang schedulers in the local cluster (testbed/cluster/schedulers.py, issue 40).
+# torchdag 5,000 -> 5,350 (issue 39): `torchdag check --cluster` (diagnose/clustercheck.py, its
 # findings as data in clustercheck.yaml) and the size guard's per-shape status model.
-FOLDER_BUDGETS = {"torchdag": 4900, "testbed": 4800, "trainer": 3000}
+FOLDER_BUDGETS = {"torchdag": 5350, "testbed": 5100, "trainer": 3000}
 MODULE_LIMIT = 600
 
 

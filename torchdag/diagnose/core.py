@@ -128,6 +128,12 @@ def findings_of(view: PodView) -> list[Finding]:
             sig = hit[0]
             evidence = _traceback_before(view.log, index) if sig.id == "python-exception" else [line.text]
             add(*hit, line.time or view.finished, evidence)
+    # The log can be out of reach (its kubelet slow or gone) where the pod's status still holds
+    # the termination message, which the scheduling watch writes its verdict to.
+    if view.termination:
+        hit = signatures.match(view.termination, "log")
+        if hit:
+            add(*hit, view.finished, [view.termination])
     return out
 
 
@@ -254,7 +260,7 @@ def _rbac_role(first: Finding, namespace: str) -> None:
         if rule:
             verbs = ", ".join(rule["verbs"][:-1]) + f" and {rule['verbs'][-1]}" if len(rule["verbs"]) > 1 \
                 else rule["verbs"][0]
-            first.cause = (f"the API refused the Workflow's ServiceAccount: it may not {verb} {resource} (RBAC); "
+            first.cause = (f"the API refused the ServiceAccount the job's pods run as: it may not {verb} {resource} (RBAC); "
                            f"{verbs} on {resource} are needed for {grant['why']}")
             first.fix = (f"kubectl apply -n {namespace} -f {entry['folder']}/{name}.yaml (the Role "
                          f"{entry['roleName'].replace('{name}', name)}, docs/rbac.md; with the chart, rbac.create)")

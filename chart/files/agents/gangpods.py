@@ -15,6 +15,15 @@ RANK_LABEL = "torchdag.io/node-rank"
 NODE_NAME_ANNOTATION = "workflows.argoproj.io/node-name"
 NODE_ID_ANNOTATION = "workflows.argoproj.io/node-id"
 ACTIVE = ("Pending", "Running", "", None)  # a pod not yet given a phase is pending
+# What a gang scheduler writes on a pod it holds back only because of its gang, not because the
+# pod itself does not fit: such a rank is named after the ranks that do not fit (the cause),
+# so that the first rank of the watch's verdict, which diagnose names, is one whose host is
+# short. Read in scheduler-plugins v0.32.7 pkg/coscheduling (PostFilter's "optimistic rejection",
+# Permit's timeout and the Unreserve that follows it, PreFilter's backoff and sibling count) and
+# seen on the local cluster;
+# Kubernetes' own "SchedulingGated" is what a pod Kueue has not admitted shows.
+GANG_HELD = ("optimistic rejection in PostFilter", "rejection in Unreserve", "rejected due to timeout after waiting",
+             "failed recently", "cannot find enough sibling pods", "SchedulingGated")
 
 
 def is_scheduled(pod: dict) -> bool:
@@ -129,14 +138,17 @@ class Observation:
         return not self.unplaced
 
     def reasons(self, with_host: bool = False) -> list[str]:
+        """One item per unplaced rank, with the scheduler's words; the ranks a gang scheduler
+        holds back only for their gang (GANG_HELD) after the others."""
         items = []
         for rank in self.unplaced:
             pods = self.by_rank.get(rank)
             if not pods:
-                items.append(f"node-rank {rank}: no pod yet")
+                items.append((False, f"node-rank {rank}: no pod yet"))
                 continue
             newest = max(pods, key=lambda p: (p.get("metadata") or {}).get("creationTimestamp") or "")
             name = (newest.get("metadata") or {}).get("name", "?")
             host = f" on host {pinned_host(newest)}" if with_host and pinned_host(newest) else ""
-            items.append(f"node-rank {rank}{host} (pod {name}): {why_unscheduled(newest)}")
-        return items
+            why = why_unscheduled(newest)
+            items.append((any(words in why for words in GANG_HELD), f"node-rank {rank}{host} (pod {name}): {why}"))
+        return [text for held, text in sorted(items, key=lambda item: item[0])]

@@ -214,9 +214,33 @@ class Watch:
         raise Exit(1, f"ended pod {name} (Failed): node-rank {self.args.rank} is an elastic member "
                       f"(elastic.minNodes {self.args.elastic_from}): the job goes on without it", terminate_note=False)
 
+    def gang_says(self) -> str:
+        """The gang scheduler's own reason, from the gang's object (--podgroup), when it gives
+        one: Kueue's Workload says why it has not admitted the group (its QuotaReserved or
+        Admitted condition, e.g. "insufficient quota for huawei.com/Ascend910 ..."), while the
+        pods only show Kubernetes' SchedulingGated; Volcano's PodGroup, its Unschedulable
+        condition. "" when there is none or it cannot be read (the pods' reasons still stand)."""
+        if not self.args.podgroup or self.args.what != "gang":
+            return ""
+        group_version, resource, name = self.args.podgroup.rsplit("/", 2)
+        path = (f"/apis/{group_version}/namespaces/{urllib.parse.quote(self.ns, safe='')}/{resource}/"
+                f"{urllib.parse.quote(name, safe='')}")
+        try:
+            found = self.api.call("GET", path)
+        except ApiError:
+            return ""
+        conditions = ((found or {}).get("status") or {}).get("conditions") or []
+        for kind, status in (("QuotaReserved", "False"), ("Admitted", "False"), ("Unschedulable", "True")):
+            said = next((c for c in conditions if c.get("type") == kind and c.get("status") == status), None)
+            if said and said.get("message"):
+                return f"{resource} {name}: {said['message']}"
+        return ""
+
     def delete_podgroup(self) -> str:
         """The PodGroup lives as long as the Workflow (ttlStrategy, days) and would keep
-        holding its queue's capacity: delete it once the job is stopped. Best effort."""
+        holding its queue's capacity: delete it once the job is stopped. Kueue's Workload
+        too: until it is gone Kueue keeps its finalizer on the pods Argo deletes, and they
+        stay Terminating. Best effort."""
         if not self.args.podgroup:
             return ""
         group_version, resource, name = self.args.podgroup.rsplit("/", 2)
@@ -280,7 +304,8 @@ class Watch:
             reason = f"{self.not_placed()}: " + "; ".join(latest.reasons(with_host=True))
         else:
             reason = (f"{self.not_placed()}: {len(latest.placed)}/{args.pods} pods scheduled; "
-                      + "; ".join(latest.reasons(with_host=args.what == "pods")))
+                      + "".join(f"{said}; " for said in [self.gang_says()] if said)
+                      + "; ".join(latest.reasons(with_host=True)))
         say(reason)
         write_termination_log(args.termination_log, reason)
         if self.elastic():
@@ -367,8 +392,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--elastic-timeout", type=positive(float), default=None, metavar="SECONDS",
                    help="--what=retry: an elastic member's bound instead of --timeout (elastic.rejoinSeconds)")
     p.add_argument("--podgroup", default=None, type=podgroup_path,
-                   help="GROUP/VERSION/RESOURCE/NAME of the gang's PodGroup, deleted when the watch stops the "
-                        "Workflow (needs delete on that resource)")
+                   help="GROUP/VERSION/RESOURCE/NAME of the gang's object (its PodGroup, or Kueue's Workload): its "
+                        "reason named and the object deleted when the watch stops the Workflow (needs get and "
+                        "delete on that resource)")
     p.add_argument("--poll", type=positive(float), default=5.0, help="seconds between looks at the pods (default 5)")
     p.add_argument("--api-server", default=None,
                    help="API server URL (default: https:// from KUBERNETES_SERVICE_HOST and "
