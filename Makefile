@@ -74,7 +74,7 @@ ASCEND_VENV := .venv-ascend
 ASCEND_STAMP := $(ASCEND_VENV)/.installed
 ASCEND_REQ := requirements-ascend-test.txt
 
-.PHONY: help setup render check helm test test-fast golden smoke chart-sync bench bench-cluster bench-tiers lint clean ascend-venv argo-lint go-tools cluster-up cluster-schedulers cluster-nodes cluster-kubelet cluster-down e2e
+.PHONY: help setup render check helm test test-fast golden smoke chart-sync bench bench-cluster bench-status bench-tiers lint clean ascend-venv argo-lint go-tools cluster-up cluster-schedulers cluster-nodes cluster-kubelet cluster-down e2e
 
 # Each target's `## ` text, in one column after the longest name (awk: no fixed tab stop to outgrow).
 help: ## list the targets
@@ -333,6 +333,20 @@ bench-cluster: $(VENV_STAMP) $(CLUSTER_BINS) $(WORKFLOW_CONTROLLER) $(ARGOEXEC) 
 	$(PY) bench/bench_cluster.py --nodes $(SCALE_NODES)
 	$(PY) bench/bench_cluster.py --recovery node --nodes $(RECOVERY_NODES)
 	$(PY) bench/bench_cluster.py --recovery job --nodes $(RECOVERY_NODES)
+
+# Argo's status per shape on the real controller, through each shape's failures to the Workflow's end,
+# with the controller settings docs/e2e.md recommends past 500 machines; each run's dump goes to
+# STATUS_DUMP and its row into bench/status_measured.json (what the model and the guard are held to).
+STATUS_NODES ?= 256 1024
+STATUS_SHAPES ?= job node elastic
+STATUS_HOST_LENGTHS ?= 0 63
+STATUS_DUMP ?= bench/results/status
+bench-status: $(VENV_STAMP) $(CLUSTER_BINS) $(WORKFLOW_CONTROLLER) $(ARGOEXEC) $(KUBECTL) $(POSTGRES) ## Argo's status per shape (job, node, elastic) through failures at STATUS_NODES machines, short and 63-character host names, on the real controller; rows into bench/status_measured.json (hours)
+	for length in $(STATUS_HOST_LENGTHS); do for shape in $(STATUS_SHAPES); do \
+		$(PY) bench/bench_cluster.py --status $$shape --host-length $$length --nodes $(STATUS_NODES) --hold 7200 \
+			--qps 100 --burst 200 --rate-limit 10 25 --dump $(STATUS_DUMP) || exit 1; \
+	done; done
+	$(PY) bench/bench_status.py --record $(STATUS_DUMP)/*.json.gz
 
 lint: $(FAST_STAMP) ## ruff (pyproject.toml) on the Python, yamllint on the golden Workflows (what users review)
 	$(FAST_VENV)/bin/ruff check .
