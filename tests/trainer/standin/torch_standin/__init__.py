@@ -3,14 +3,16 @@ the way `import torch_npu` registers `npu`.
 
 Both are PyTorch PrivateUse1 backends (open registration, renamed with
 torch.utils.rename_privateuse1_backend) with a device module, torch.standin as torch.npu. The
-stand-in computes on host memory through PyTorch's CPU fallback (standin.cpp), so a model
+stand-in computes on host memory with the CPU's kernels (standin.cpp), so a model
 trained on it gives the CPU's numbers; and gloo refuses its tensors as it refuses NPU tensors,
 from the same c10d code: "No backend type associated with device type standin". A script
 selects it as it selects an NPU: TORCHDAG_DEVICE=standin (torchdag_ddp imports torch_<kind>
 for a kind torch does not know, as torch_npu for npu).
 
-The library is compiled once per torch version and source, with the C++ compiler torch's
-own extensions use, into TORCH_STANDIN_CACHE (default ~/.cache/torchdag-standin).
+The library is compiled once per torch version and source (c++, torch's own headers: about
+15 s of CPU) into TORCH_STANDIN_CACHE (default ~/.cache/torchdag-standin); TORCH_STANDIN_TRACE=1
+prints each operator that runs on the CPU's kernels, TORCH_STANDIN_DEVICES (default 4) is the
+device count.
 """
 
 from __future__ import annotations

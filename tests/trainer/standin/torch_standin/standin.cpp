@@ -207,7 +207,8 @@ void fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const auto& schema = op.schema();
   const size_t num_args = schema.arguments().size();
   const size_t first = stack->size() - num_args;
-  if (std::getenv("TORCH_STANDIN_TRACE")) std::fprintf(stderr, "[standin] %s\n", c10::toString(schema).c_str());
+  static const bool trace = std::getenv("TORCH_STANDIN_TRACE") != nullptr;  // each operator, as it falls back
+  if (trace) std::fprintf(stderr, "[standin] %s\n", c10::toString(schema).c_str());
   std::vector<at::Tensor> originals;
   std::vector<at::Tensor> passed;
   Optional<c10::Device> target;
