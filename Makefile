@@ -290,7 +290,7 @@ $(TORCH21_STAMP): requirements-torch21.txt requirements-fast.txt requirements-re
 	$(TORCH21_VENV)/bin/python -m pip install $(PIP_FLAGS) -r requirements-torch21.txt
 	touch $@
 
-torch21-check: $(TORCH21_STAMP) ## torchdag_ddp's stand-in test under torch 2.1 (310P images' torch_npu 2.1): its own venv (about 2.5 GB), a few minutes
+torch21-check: $(TORCH21_STAMP) ## torchdag_ddp's stand-in test under torch 2.1 (310P images' torch_npu 2.1): its own venv (about 5 GB), a few minutes
 	$(TORCH21_VENV)/bin/python -m pytest -n 2 --dist loadgroup -p no:cacheprovider tests/trainer/test_torchdag_ddp.py
 
 bench-tiers: $(VENV_STAMP) ## make test-fast and make test timed against their budgets (3 and 25 minutes), and the test time per folder (about half an hour)
