@@ -45,7 +45,9 @@ def lines_of(path) -> list[str]:
 # torchdag 4,500 -> 4,800 (issue 38): kubeconfigs as kubectl reads them, a NAME as a user
 # means it, the nodes at every size Argo stores them, the values a Chinese input method types.
 # testbed: 4800 + the real gang schedulers in the local cluster (testbed/cluster/schedulers.py, issue 40).
-FOLDER_BUDGETS = {"torchdag": 5000, "testbed": 5100, "trainer": 3000}
+# trainer: 3000 -> 3150 (issue 44): torchdag_ddp.DDP, the CPU-bucket exchange that users' scripts and the
+# trainer share (mixed.py folded into it), with BatchNorm buffers and no_sync() as DDP has them.
+FOLDER_BUDGETS = {"torchdag": 5000, "testbed": 5100, "trainer": 3150}
 MODULE_LIMIT = 600
 
 
