@@ -1260,7 +1260,7 @@ The catalogue as JSON; read it with `include "torchdag.catalog" . | fromJson`. *
         "if": [
           "cpuBuckets"
         ],
-        "value": "script: gloo carries no NPU/GPU tensors: torchdag_ddp.exchange_on_cpu(model) after DDP(model)"
+        "value": "script: gloo carries no NPU/GPU tensors: torchdag_ddp.DDP(model) in place of DDP(model) (docs/byo.md)"
       },
       {
         "if": [
