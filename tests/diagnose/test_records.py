@@ -134,3 +134,19 @@ def test_a_straggler_that_recovered_is_history_not_slow_now():
     assert [(s.rank.rank, s.current) for s in slow] == [(1, False)]
     assert all(row.endswith(" -") for row in status_rows(workflow, views, later)[2:])
     assert "rank 1 (host-b) was slow" in records.straggler_text(slow[0])
+
+
+def test_one_window_of_load_on_every_rank_does_not_clear_a_straggler():
+    """Seen on the local cluster: a burst of load made every rank as busy as the throttled one
+    for one window; the straggler stays named (as many windows in a row clear it as set it)."""
+    workflow, views, now = job("user-slow", 3)
+    ends = sorted({m.group(1) for v in views for line in v.log if (m := records.WINDOW.search(
+        line.text.split("] rank ", 1)[-1].split(" ", 1)[-1]))})
+    spike = ends[-2]  # the last window but one: every rank as busy as the slow one
+    for view in views:
+        for line in view.log:
+            found = records.WINDOW.search(line.text.split("] rank ", 1)[-1].split(" ", 1)[-1])
+            if found and found.group(1) == spike:
+                line.text = line.text.replace(f"busy {found.group(5)} ms", "busy 400.0 ms")
+    slow = records.stragglers(views, now)
+    assert [(s.rank.rank, s.current) for s in slow] == [(1, True)], slow

@@ -303,6 +303,17 @@ ALL_WAIT_FIX = ("the collective itself does not finish: check the network betwee
                 "the devices; raise timeouts.processGroup only when it is legitimately that slow")
 
 
+LIBRARY_FRAME = re.compile(r"\(<|/site-packages/|/dist-packages/|/lib/python3\.\d+/")
+
+
+def script_frame(stack: str) -> str:
+    """The innermost frame of the script's own code in a recorder's `f (file:line) < g (...)`
+    (not Python's library, not an installed package's), and the innermost one when it differs."""
+    frames = stack.split(" < ")
+    own = next((frame for frame in frames if not LIBRARY_FRAME.search(frame)), frames[0])
+    return own if own == frames[0] else f"{own}, at {frames[0]}"
+
+
 def record_hang(views: list[PodView], now: dt.datetime) -> tuple[Finding | None, list[str]]:
     """The hang the ranks' records show, and notes (ranks not heard from yet)."""
     found = records.hang(views, now)
@@ -325,8 +336,7 @@ def record_hang(views: list[PodView], now: dt.datetime) -> tuple[Finding | None,
     culprit = chosen[0]
     who = ", ".join(c.rank.label for c in chosen)
     if culprit.how == "outside":
-        top = culprit.detail.split(" < ")[0]
-        cause = (f"{who} hung outside any collective, in {top}; {found.waiting_text()} in "
+        cause = (f"{who} hung outside any collective, in {script_frame(culprit.detail)}; {found.waiting_text()} in "
                  f"{found.collective}")
         signature, fix = "hang-outside", OUTSIDE_FIX
     elif culprit.how == "elsewhere":

@@ -9,8 +9,9 @@ or one silent since before its peers began to wait (stopped, or stuck where Pyth
 run: a live rank in a collective or outside one says so within the report delay).
 
 A straggler: per window (the wall clock's multiples, the same on every rank) each rank's
-median busy time a step; a rank whose busy time is at least SLOW_RATIO of the median rank's
-(the lower median), SLOW_WINDOWS windows in a row. A job slow everywhere has no straggler.
+mean busy time a step; a rank whose busy time is at least SLOW_RATIO of the median rank's
+(the lower median), SLOW_WINDOWS windows in a row, until as many windows in a row are not
+(one window of load on every rank does not clear it). A job slow everywhere has no straggler.
 """
 
 from __future__ import annotations
@@ -214,10 +215,10 @@ class Straggler:
     ratio: float  # its busy time over the median rank's, over the streak
     busy_ms: float
     median_ms: float
-    windows: int
-    first: str  # the streak's first and last window ends
+    windows: int  # slow windows since it was named
+    first: str  # their first and last window ends
     last: str
-    current: bool  # the streak reaches the rank's latest window, and that window is recent
+    current: bool  # still named at the rank's latest window, and that window is recent
 
 
 def stragglers(views: list[PodView], now: dt.datetime, ratio: float = SLOW_RATIO,
@@ -235,33 +236,39 @@ def stragglers(views: list[PodView], now: dt.datetime, ratio: float = SLOW_RATIO
     out = []
     for rank in ranks.values():
         step = dt.timedelta(seconds=width.get(rank.rank, rank.window_s))
-        runs: list[list[str]] = []
+        episodes: list[list[str]] = []  # the windows of each time it was slow, from its third slow one in a row
         run: list[str] = []
-        previous = None
+        flagged, fast, previous = False, 0, None
         for end in (e for e in ends if rank.rank in busy[e] and medians.get(e)):
             when = parse_time(end)
-            slow = busy[end][rank.rank] >= ratio * medians[end]
-            if slow and run and previous is not None and when - previous <= step * 1.5:
+            if previous is not None and when - previous > step * 1.5:
+                run = []  # a window without steps: the next ones start afresh
+            if busy[end][rank.rank] >= ratio * medians[end]:
                 run.append(end)
-            elif slow:
-                run = [end]
-                runs.append(run)
+                fast = 0
+                if flagged:
+                    episodes[-1].append(end)
+                elif len(run) >= windows:
+                    flagged = True
+                    episodes.append(list(run))
             else:
                 run = []
+                fast += 1
+                if flagged and fast >= windows:  # as many windows in a row to clear it as to set it
+                    flagged = False
             previous = when
-        long = [r for r in runs if len(r) >= windows]
-        if not long:
+        if not episodes:
             continue
-        best = long[-1]
-        mine = [busy[end][rank.rank] for end in best]
-        median = [medians[end] for end in best]
-        current = run is best and previous is not None and now - previous <= step * 2 + dt.timedelta(seconds=5)
+        last = episodes[-1]
+        mine = [busy[end][rank.rank] for end in last]
+        median = [medians[end] for end in last]
+        current = flagged and previous is not None and now - previous <= step * 2 + dt.timedelta(seconds=5)
         out.append(Straggler(rank, sum(mine) / sum(median), statistics.median(mine), statistics.median(median),
-                             len(best), best[0], best[-1], current))
+                             len(last), last[0], last[-1], current))
     return sorted(out, key=lambda s: s.rank.rank)
 
 
 def straggler_text(s: Straggler) -> str:
     when = "is" if s.current else "was"
     return (f"{s.rank.label} {when} slow: busy {s.ratio:.1f}x the median rank's ({s.busy_ms:.1f} ms vs "
-            f"{s.median_ms:.1f} ms a step) in {s.windows} windows in a row, {s.first[11:19]}-{s.last[11:19]}")
+            f"{s.median_ms:.1f} ms a step) in {s.windows} windows, {s.first[11:19]}-{s.last[11:19]}")
