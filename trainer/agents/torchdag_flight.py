@@ -76,7 +76,7 @@ COLLECTIVES = ("all_reduce", "broadcast", "all_gather", "all_gather_into_tensor"
                "scatter_object_list")
 STEPS_KEPT = 4096
 LIGHT_KEPT = 8192
-STACK_FRAMES = 4
+STACK_FRAMES = 8
 
 _recorder: Recorder | None = None
 _local = threading.local()
