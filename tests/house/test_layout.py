@@ -37,7 +37,9 @@ def lines_of(path) -> list[str]:
 # Lines of Python per folder: the product (what the wheel ships) and the test bed grow only
 # by a decision made here; a module is as long as its subject (MODULE_LIMIT only catches a
 # module that has become several).
-FOLDER_BUDGETS = {"torchdag": 4500, "testbed": 4800, "trainer": 3000}
+# issue 41 raised torchdag's by 200 (diagnose's records of hangs and stragglers, root before
+# consequence) and trainer's by 400 (the recorder every rank runs, shipped in the ConfigMap).
+FOLDER_BUDGETS = {"torchdag": 4700, "testbed": 4800, "trainer": 3400}
 MODULE_LIMIT = 600
 
 

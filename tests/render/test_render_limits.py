@@ -61,7 +61,7 @@ def test_a_workflow_over_the_object_limit_is_refused_by_both(helm, tmp_path):
     args = ", ".join(f'"{c * 131000}"' for c in "abcdefghi")  # each under Linux's 128 KiB, together over 1 MiB
     path.write_text(f"name: huge\nimage: img:1\nscript: /t.py\nargs: [{args}]\nnodes: [{{name: n1}}]\n")
     with pytest.raises(ValuesError,
-                       match=r"nodes: 1 nodes make a Workflow of 11\d{5} bytes as the API server stores it \(JSON\), "
+                       match=r"nodes: 1 nodes make a Workflow of 1\d{6} bytes as the API server stores it \(JSON\), "
                              r"over the 1048576-byte limit Argo's controller holds a Workflow to \(it ends a larger "
                              r"one in Error before its first pod\)"):
         pipeline.run(path)

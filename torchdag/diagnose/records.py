@@ -239,10 +239,10 @@ def stragglers(views: list[PodView], now: dt.datetime, ratio: float = SLOW_RATIO
         episodes: list[list[str]] = []  # the windows of each time it was slow, from its third slow one in a row
         run: list[str] = []
         flagged, fast, previous = False, 0, None
+        # the windows the rank measured, in a row (a window without a step says nothing: a step
+        # longer than a window leaves gaps, and three one-step windows still make three)
         for end in (e for e in ends if rank.rank in busy[e] and medians.get(e)):
             when = parse_time(end)
-            if previous is not None and when - previous > step * 1.5:
-                run = []  # a window without steps: the next ones start afresh
             if busy[end][rank.rank] >= ratio * medians[end]:
                 run.append(end)
                 fast = 0

@@ -1,46 +1,18 @@
 """What every rank of a job is doing, said in its own log, for `torchdag diagnose` and
-`torchdag status` (docs/failures.md, "Hangs and slow ranks").
+`torchdag status` (docs/failures.md, "Hangs and slow ranks"). record.py installs it for
+any script (`launcher.recordErrors`), trainer/train.py for ours; TORCHDAG_RECORD=0: off.
+Standard library and torch only, torch 2.1 on (the Workflow ships it in its ConfigMap).
 
-    import torchdag_flight; torchdag_flight.install()   # before the process group starts
-
-record.py installs it for any script it runs (`launcher.recordErrors`, on by default) and
-trainer/train.py for ours; `TORCHDAG_RECORD=0` turns it off. Standard library and torch
-only, torch 2.1 on: the Workflow ships it in its agents ConfigMap beside record.py.
-
-What it records:
-- Collectives. PyTorch's flight recorder keeps each process group's last collectives in C++
-  (operation, sequence number, sizes, time entered, whether completed): for nccl, for gloo in
-  the torch versions that record it (2.13 does), and for hccl through torch_npu's
-  TORCH_HCCL_TRACE_BUFFER_SIZE. Where none of its switches is set, all are set to 2000
-  entries (torch's own default for TORCH_FR_BUFFER_SIZE). A group the flight recorder does not
-  report (an older torch's gloo) is counted by a light recorder of our own: the
-  torch.distributed collectives called from Python, numbered per group, each with its entry
-  and return times (DDP's gradient all-reduce, issued in C++, is then not seen).
-- Steps: any torch.optim optimizer's step, through torch's global optimizer hooks.
-
-A thread looks once a second and prints a line (stderr) only when there is something to say:
-
-    [torchdag] rank 2 of 4: recording collectives (flight recorder, gloo); report after 20 s,
-        window 20 s
-    [torchdag] rank 0 waiting in all_reduce #57 of the default group for 21 s (entered
-        2026-12-06T07:31:02.123Z; sizes [[110]]; completed #56)
-    [torchdag] rank 2 outside any collective for 21 s (last #56 of the default group); main
-        thread at spin (/workspace/train.py:14) < <module> (/workspace/train.py:30)
-    [torchdag] rank 1 window 2026-12-06T07:31:20Z 20 s: 412 steps, step 48.5 ms, busy 31.2 ms
-    [torchdag] rank 0 failed in all_reduce #57 of the default group after 40 s (entered ...)
-
-(each one line in the log; folded here).
-
-A rank in a collective for TORCHDAG_RECORD_REPORT seconds (default 20) says which; one
-that entered none for as long says where its main thread is (a loop, a stuck read); both
-repeat every three times that while they last. A rank that says nothing while its peers
-wait is stopped, or stuck where Python cannot run (`kill -USR1 PID` then prints every
-thread's stack through faulthandler, where the script has no SIGUSR1 handler of its own).
-Each TORCHDAG_RECORD_WINDOW seconds (default 20, on the wall clock's multiples so that all
-ranks' windows match) a rank that stepped says its mean step time and its busy time: the
-part of a step not spent waiting for its peers (from the end of the last optimizer step
-to its last collective's entry, plus the optimizer step itself, less the time spent in
-synchronous collectives in between). The slow rank is busy longer; its peers wait for it.
+Collectives come from PyTorch's flight recorder (nccl; gloo where torch records it; hccl
+through torch_npu), switched on at 2000 entries where none of its switches is set; a group
+it does not report is counted by our own light recorder of the Python collectives. Steps are
+any torch.optim optimizer's. A thread looks once a second and says, one line each: that it
+records; which collective the rank has waited in for TORCHDAG_RECORD_REPORT seconds (20);
+where the main thread is when the rank entered none for as long; each TORCHDAG_RECORD_WINDOW
+seconds (20, on the wall clock's multiples) the mean step and busy time a step (the part not
+spent waiting for peers: from the last optimizer step's end to the step's last collective's
+entry, plus the optimizer step, less the synchronous collectives in between); and on the
+way out with an exception, the collective it failed in.
 """
 
 from __future__ import annotations
