@@ -106,6 +106,7 @@ class Recorder:
         self.flight_on = size.strip() not in ("0", "")
         self.window_s = _seconds(env, WINDOW_ENV, DEFAULT_WINDOW_S)
         self.groups: dict[str, _Group] = {}
+        self.failed: tuple | None = None  # (group, call) of the Python collective that raised
         self.light_calls: collections.deque = collections.deque(maxlen=LIGHT_KEPT)  # (entered, returned|None) ns
         self.steps: collections.deque = collections.deque(maxlen=STEPS_KEPT)  # (pre, post) ns per optimizer step
         self.step_pre = 0
@@ -337,10 +338,31 @@ class Recorder:
         self.say(f"window {_iso(hi)[:19]}Z {self.window_s:g} s: {len(pairs)} steps, step {step:.1f} ms, "
                  f"busy {said} ms")
 
-    def failure_lines(self, now: float) -> list[str]:
+    def failure_lines(self, now: float, collective_error: bool = False) -> list[str]:
+        """The collective this rank failed in. gloo counts a collective that raised (its timeout)
+        as completed: then the flight recorder's entry of the Python call that raised, else, for
+        an error of the communication library (DDP's all-reduce, from C++), the last entered."""
         if self.rank is None or not (dist.is_available() and dist.is_initialized()):
             return []
-        return self._waiting_lines(self._waiting(self._flight_status()), now, "failed in", "after")
+        flight = self._flight_status()
+        waiting = self._waiting(flight)
+        if waiting:
+            return self._waiting_lines(waiting, now, "failed in", "after")
+        entries = [e for e in ((self._flight_dump(True) or {}).get("entries") or []) if flight
+                   and int(e.get("collective_seq_id") or 0) > 0]
+        if self.failed is not None:
+            name, call = self.failed
+            entries = [e for e in entries if str((e.get("process_group") or ("",))[0]) == name
+                       and (e.get("time_created_ns") or 0) >= call[2]]
+            if not entries:
+                return self._waiting_lines([(name, call[1], call[1] - 1, call)], now, "failed in", "after")
+            last = entries[0]
+        elif collective_error and entries:
+            last = max(entries, key=lambda e: e.get("time_created_ns") or 0)
+        else:
+            return []
+        name, seq = str((last.get("process_group") or ("",))[0]), int(last["collective_seq_id"])
+        return self._waiting_lines([(name, seq, seq - 1, None)], now, "failed in", "after")
 
 
 def main_stack(limit: int = STACK_FRAMES) -> str:
@@ -380,6 +402,9 @@ def _wrap(op: str, fn):
         _local.inside = True
         try:
             return fn(*args, **kwargs)
+        except BaseException:
+            recorder.failed = key  # said on the way out (report_failure), though no longer in progress
+            raise
         finally:
             _local.inside = False
             recorder.returned(key, bool(async_op))
@@ -439,14 +464,22 @@ def install(env=None) -> Recorder | None:
     return recorder
 
 
-def report_failure() -> None:
-    """On the way out with an exception: the collectives this rank was still in (a
-    collective's timeout), as the same kind of line."""
+COLLECTIVE_ERROR = ("DistBackendError", "DistNetworkError", "DistError")
+COLLECTIVE_TEXT = ("gloo", "nccl", "NCCL", "hccl", "HCCL", "Timed out", "timed out", "Connection closed",
+                   "Connection reset", "collective")
+
+
+def report_failure(exc: BaseException | None = None) -> None:
+    """On the way out with an exception: the collective this rank failed in (a collective's
+    timeout, a lost peer), as the same kind of line its peers' records use."""
     recorder = _recorder
     if recorder is None:
         return
+    exc = exc if exc is not None else sys.exc_info()[1]
+    communication = exc is not None and (type(exc).__name__ in COLLECTIVE_ERROR or
+                                         any(word in str(exc) for word in COLLECTIVE_TEXT))
     try:
-        for line in recorder.failure_lines(time.time()):
+        for line in recorder.failure_lines(time.time(), communication):
             recorder.say(line)
-    except Exception:  # noqa: BLE001 -- exiting anyway
-        pass
+    except Exception as err:  # noqa: BLE001 -- exiting anyway; said, not raised
+        recorder.say(f"recording could not say where it failed: {type(err).__name__}: {err}")
