@@ -93,6 +93,21 @@ def test_after_the_timeout_the_stopped_rank_is_still_the_cause_not_the_timeouts(
     assert timeouts and all(f.effect for f in timeouts)
 
 
+def test_torchrun_killing_the_stopped_worker_after_the_timeout_does_not_hide_the_hang():
+    """Seen on the local cluster: once its peer timed out, the stopped rank's torchrun SIGKILLs
+    it, and its summary says `exitcode : -9` (worker-killed, a root of its own): it came after
+    the others began to wait, so the hang stays first."""
+    workflow, views, now = job("user-stop", 2, ended=True)
+    last = max(line.time for line in views[1].log if line.time)
+    summary = ["Failures:", "[1]:", f"  time      : {last:%Y-%m-%d_%H:%M:%S}", "  host      : host-b",
+               "  rank      : 3 (local_rank: 1)", "  exitcode  : -9 (pid: 4242)  (SIGKILL)", "  error_file: <N/A>",
+               "  traceback : Signal 9 (SIGKILL) received by PID 4242", "=" * 60]
+    views[1].log += [core.LogLine(last + dt.timedelta(seconds=1), line) for line in summary]
+    result = core.diagnose(workflow, views, now=now + dt.timedelta(minutes=5))
+    assert (result.first.signature, result.first.process_rank) == ("hang", 3), core.report_lines("job", result)
+    assert any(f.signature == "worker-killed" and f.process_rank == 3 for f in result.others), result.others
+
+
 def test_a_rank_in_an_endless_python_loop_is_hung_outside_any_collective_with_its_frame():
     workflow, views, now = job("user-loop", 2)
     result = core.diagnose(workflow, views, now=now)

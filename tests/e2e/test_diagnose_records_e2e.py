@@ -11,7 +11,7 @@ five jobs at once, 3-4 CPU ranks each under gloo:
   sequence number while the job hangs, within 90 s of the stop, and again after the process
   group's timeout, not the timeouts that follow;
 - loop: rank 2 spins in a Python loop: named as hung outside any collective, with its frame;
-- slow and even: the same compute-bound job, host b's container limited to 100m of CPU in
+- slow and even: the same compute-bound job, host b's container limited to 50m of CPU in
   one (the process kubelet applies it as a CFS quota), not in the other: status and diagnose
   name rank 1 slow within 2 minutes of its first step, and nothing in the other.
 """
@@ -37,7 +37,9 @@ pytestmark = [pytest.mark.go, pytest.mark.torch, pytest.mark.e2e]
 USER_SCRIPT = REPO / "tests" / "third_party" / "faulty_user.py"
 IMAGE = "registry.example.com/team/pytorch:2.13"
 PG_TIMEOUT = 60
-SLOW_LIMIT = "100m"
+# On this 2-core machine under the suite's load a rank gets 80-300m of CPU: 50m makes it about
+# half as fast as its peers (100m did not bind at a load average of 25: 1.2-1.6x, named after 165 s).
+SLOW_LIMIT = "50m"
 
 
 def values(job, name: str, hosts: list[str], env: dict, nproc: int, limited: str | None = None) -> dict:

@@ -359,11 +359,13 @@ def diagnose(workflow: dict, views: list[PodView], now: dt.datetime | None = Non
     effects = sorted((f for f in findings if f.effect), key=_when)
     stuck, notes = record_hang(views, now)
     if stuck is not None:
-        # a culprit that raised (or was killed) has its own root: that says why it never arrived
-        if not any(f.pod is stuck.pod for f in roots):
-            roots.append(stuck)
-        else:
+        # a culprit whose own root came before the others began to wait (it raised, it was
+        # killed): that says why it never arrived; one after (torchrun killing its stopped
+        # worker once a peer timed out) does not
+        if any(f.pod is stuck.pod and _when(f) <= _when(stuck) for f in roots):
             effects.append(stuck)
+        else:
+            roots.append(stuck)
     elif not roots:
         stuck = silent_rank(views, now)
         if stuck is not None:
