@@ -74,7 +74,7 @@ ASCEND_VENV := .venv-ascend
 ASCEND_STAMP := $(ASCEND_VENV)/.installed
 ASCEND_REQ := requirements-ascend-test.txt
 
-.PHONY: help setup render check helm test test-fast golden smoke chart-sync bench bench-cluster bench-tiers lint clean ascend-venv argo-lint go-tools cluster-up cluster-nodes cluster-kubelet cluster-down e2e
+.PHONY: help setup render check helm test test-fast golden smoke chart-sync bench bench-cluster bench-tiers lint clean ascend-venv argo-lint go-tools cluster-up cluster-schedulers cluster-nodes cluster-kubelet cluster-down e2e
 
 # Each target's `## ` text, in one column after the longest name (awk: no fixed tab stop to outgrow).
 help: ## list the targets
@@ -168,7 +168,36 @@ $(COREDNS): tools/coredns/go.mod tools/coredns/go.sum tools/coredns/main.go
 	$(GO_CHECK)
 	cd tools/coredns && $(GO) build -o $(abspath $@) .
 
-go-tools: $(ARGOLINT) $(ARGOLINT_V3) $(WORKFLOW_CONTROLLER) $(ARGOEXEC) $(KUBEEXPAND) $(CLUSTER_BINS) $(PODSECURITY) $(COREDNS) ## build the Go tools into .tools/bin (cached)
+# The real gang schedulers for the local cluster (`make cluster-schedulers`, docs/gang.md):
+# Kueue's controller manager (sigs.k8s.io/kueue, tools/kueue/go.mod) and scheduler-plugins'
+# scheduler and controller (sigs.k8s.io/scheduler-plugins: Coscheduling; tools/scheduler-plugins,
+# with Kubernetes' staging modules replaced at its own release). Volcano's module is not served
+# by the module proxy (docs/gang.md), so `volcano` stays a stand-in profile of kube-scheduler.
+# Each binary is named after its module's version, so a build is cached per version: a new
+# version builds new files beside the old, the same version is built once. Each module's tree is
+# linked under .tools/src (the CRDs and webhook configurations the cluster applies from it).
+KUEUE_VERSION = $(shell sed -n 's|^[[:space:]]*sigs.k8s.io/kueue \(v[^ ]*\).*|\1|p' tools/kueue/go.mod)
+SCHED_PLUGINS_VERSION = $(shell sed -n 's|^[[:space:]]*sigs.k8s.io/scheduler-plugins \(v[^ ]*\).*|\1|p' tools/scheduler-plugins/go.mod)
+KUEUE := $(TOOLS)/bin/kueue-$(KUEUE_VERSION)
+SCHED_PLUGINS := $(TOOLS)/bin/scheduler-plugins-scheduler-$(SCHED_PLUGINS_VERSION) $(TOOLS)/bin/scheduler-plugins-controller-$(SCHED_PLUGINS_VERSION)
+GANG_SCHEDULERS := $(KUEUE) $(SCHED_PLUGINS)
+$(KUEUE): tools/kueue/go.mod tools/kueue/go.sum
+	$(GO_CHECK)
+	mkdir -p $(TOOLS)/bin $(TOOLS)/src
+	cd tools/kueue && $(GO) build -o $(abspath $@).tmp sigs.k8s.io/kueue/cmd/kueue && \
+		ln -sfn "$$($(GO) list -m -f '{{.Dir}}' sigs.k8s.io/kueue)" $(abspath $(TOOLS)/src)/kueue-$(KUEUE_VERSION)
+	mv -f $@.tmp $@
+$(SCHED_PLUGINS) &: tools/scheduler-plugins/go.mod tools/scheduler-plugins/go.sum
+	$(GO_CHECK)
+	mkdir -p $(TOOLS)/bin $(TOOLS)/src $(TOOLS)/build/scheduler-plugins-$(SCHED_PLUGINS_VERSION)
+	cd tools/scheduler-plugins && $(GO) build -o $(abspath $(TOOLS)/build/scheduler-plugins-$(SCHED_PLUGINS_VERSION))/ \
+		sigs.k8s.io/scheduler-plugins/cmd/scheduler sigs.k8s.io/scheduler-plugins/cmd/controller && \
+		ln -sfn "$$($(GO) list -m -f '{{.Dir}}' sigs.k8s.io/scheduler-plugins)" \
+			$(abspath $(TOOLS)/src)/scheduler-plugins-$(SCHED_PLUGINS_VERSION)
+	for name in scheduler controller; do \
+		mv -f $(TOOLS)/build/scheduler-plugins-$(SCHED_PLUGINS_VERSION)/$$name $(TOOLS)/bin/scheduler-plugins-$$name-$(SCHED_PLUGINS_VERSION); done
+
+go-tools: $(ARGOLINT) $(ARGOLINT_V3) $(WORKFLOW_CONTROLLER) $(ARGOEXEC) $(KUBEEXPAND) $(CLUSTER_BINS) $(PODSECURITY) $(COREDNS) $(GANG_SCHEDULERS) ## build the Go tools into .tools/bin (cached)
 
 FILES ?=
 argo-lint: $(ARGOLINT) $(ARGOLINT_V3) ## Argo's own validator (v4 and v3) on FILES="a.yaml b.yaml"
@@ -191,6 +220,10 @@ CLUSTER := $(PY) -m testbed.cluster --dir $(CLUSTER_DIR)
 cluster-up: $(VENV_STAMP) $(CLUSTER_BINS) $(WORKFLOW_CONTROLLER) $(ARGOEXEC) $(KUBECTL) $(POSTGRES) ## start a local control plane + Argo's controller (processes on 127.0.0.1); CLUSTER_DIR/kubeconfig
 	$(CLUSTER) up
 
+SCHEDULERS ?= kueue coscheduling
+cluster-schedulers: $(VENV_STAMP) $(GANG_SCHEDULERS) ## start the real gang schedulers (SCHEDULERS, default: kueue coscheduling) in the running local cluster, with their CRDs, webhooks and queues
+	$(CLUSTER) schedulers $(SCHEDULERS)
+
 cluster-nodes: $(VENV_STAMP) ## register VALUES' nodes as Ready Nodes of the local cluster
 	$(CLUSTER) nodes $(VALUES)
 
@@ -203,7 +236,7 @@ cluster-kubelet: $(VENV_STAMP) ## run the pods of the registered Nodes as local 
 cluster-down: $(VENV_STAMP) ## stop the local cluster's processes and remove CLUSTER_DIR
 	$(CLUSTER) down
 
-e2e: $(VENV_STAMP) $(HELM) $(CLUSTER_BINS) $(WORKFLOW_CONTROLLER) $(ARGOEXEC) $(KUBECTL) $(PODSECURITY) $(POSTGRES) ## the tests on a local cluster with Argo's real controller (docs/e2e.md); make test runs them too
+e2e: $(VENV_STAMP) $(HELM) $(CLUSTER_BINS) $(GANG_SCHEDULERS) $(WORKFLOW_CONTROLLER) $(ARGOEXEC) $(KUBECTL) $(PODSECURITY) $(POSTGRES) ## the tests on a local cluster with Argo's real controller (docs/e2e.md); make test runs them too
 	HELM=$(abspath $(HELM)) PODSECURITY=$(abspath $(PODSECURITY)) TORCHDAG_E2E=1 $(PY) -m pytest -m e2e tests
 
 setup: $(VENV_STAMP) $(HELM) ## install the venv (torch, test tools), helm and kubectl
@@ -267,7 +300,7 @@ $(FAST_STAMP): requirements-fast.txt requirements-render.txt
 test-fast: $(FAST_STAMP) $(HELM) ## every render, schema, chart and values test: no torch, no Go (a few minutes)
 	HELM=$(abspath $(HELM)) $(FAST_VENV)/bin/python -m pytest -n 2 -m "$(FAST_MARKERS)" tests
 
-test: lint $(VENV_STAMP) $(HELM) $(ASCEND_STAMP) $(ARGOLINT) $(ARGOLINT_V3) $(KUBEEXPAND) $(PODSECURITY) $(COREDNS) $(CLUSTER_BINS) $(WORKFLOW_CONTROLLER) $(ARGOEXEC) $(KUBECTL) $(POSTGRES) ## lint, then install everything and run the whole test suite
+test: lint $(VENV_STAMP) $(HELM) $(ASCEND_STAMP) $(ARGOLINT) $(ARGOLINT_V3) $(KUBEEXPAND) $(PODSECURITY) $(COREDNS) $(CLUSTER_BINS) $(GANG_SCHEDULERS) $(WORKFLOW_CONTROLLER) $(ARGOEXEC) $(KUBECTL) $(POSTGRES) ## lint, then install everything and run the whole test suite
 	HELM=$(abspath $(HELM)) ARGOLINT=$(abspath $(ARGOLINT)) ARGOLINT_V3=$(abspath $(ARGOLINT_V3)) KUBEEXPAND=$(abspath $(KUBEEXPAND)) \
 		PODSECURITY=$(abspath $(PODSECURITY)) \
 		TORCHDAG_ASCEND_VENV_REQUIRED=1 TORCHDAG_NETNS_REQUIRED=1 TORCHDAG_E2E=1 $(PY) -m pytest -n 2 --dist loadgroup tests
@@ -291,7 +324,7 @@ bench: $(VENV_STAMP) $(HELM) $(BENCH_VENV)/.installed bench-cluster bench-tiers 
 	$(PY) bench/bench_status.py
 	$(PY) bench/bench_trainer.py
 
-bench-tiers: $(VENV_STAMP) ## make test-fast and make test timed against their budgets (3 and 25 minutes), and the test time per folder (about half an hour)
+bench-tiers: $(VENV_STAMP) ## make test-fast and make test (warm) timed against their budgets (3 and 25 minutes), and .ci/run in a fresh clone with empty caches (75); the test time per folder (about two hours)
 	$(PY) bench/bench_tiers.py
 
 SCALE_NODES ?= 256 1024 4096

@@ -383,7 +383,8 @@ FIT_CASES += [
 def fit_values(values: dict) -> dict:
     """A drawn values file moved off the refusals of items 8 and 11 (tests/chart/test_chart_parity.py's
     strategy draws valid files): a port that can be bound, processGroup at least HCCL's step
-    on Ascend, no more restarts than the deadline holds, elastic.minNodes only where it can work."""
+    on Ascend, no more restarts than the deadline holds, elastic.minNodes only where it can work,
+    no launcher.maxRestarts under node recovery."""
     ascend = any(node.get("accelerator", "cpu").startswith("ascend") for node in values["nodes"])
     port = values.get("port", 29500)
     security, context = values.get("containerSecurity") or {}, values.get("securityContext") or {}
@@ -405,4 +406,7 @@ def fit_values(values: dict) -> dict:
     if elastic.get("minNodes") and (not policy.get("maxRestarts") or policy.get("recovery") == "job"
                                     or elastic["minNodes"] > len(values["nodes"])):
         elastic.pop("minNodes")  # refusals: tests/render/test_elastic_render.py
+    launcher = values.get("launcher") or {}  # under node recovery the agents' restarts are the policy's
+    if policy.get("maxRestarts") and policy.get("recovery", "node") == "node" and launcher.get("maxRestarts"):
+        launcher.pop("maxRestarts")  # refusal: rule launcher-restarts-node-recovery
     return values

@@ -10,6 +10,7 @@ Standard library and PyYAML only: every tier loads this module.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -93,20 +94,17 @@ def alive(pid: int) -> bool:
     return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
-@pytest.fixture(scope="session")
-def local_cluster(tmp_path_factory) -> LocalCluster:
-    if os.environ.get(E2E) != "1":
-        pytest.skip(f"the local-cluster tests run through `make e2e` ({E2E}=1)")
-    missing = [name for name in CLUSTER_BINARIES if not (BIN / name).is_file()]
-    if missing:
-        pytest.fail(f"not built: {', '.join(missing)}: run `make cluster-up` (or `make go-tools`) first")
-    cluster = LocalCluster(tmp_path_factory.mktemp("cluster"))
+@contextlib.contextmanager
+def running_cluster(directory: Path, *up_args: str):
+    """A local cluster in `directory` (`python -m testbed.cluster up UP_ARGS`), taken down after,
+    failing if any of its processes is left."""
+    cluster = LocalCluster(directory)
     # Should this pytest process die without its teardown (killed, or its terminal gone), a
     # watchdog of its own session takes the cluster down: five servers left running would
     # cost a shared machine dearly.
     watchdog = subprocess.Popen([sys.executable, "-c", WATCHDOG, str(os.getpid()), str(cluster.dir)], cwd=REPO,
                                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, start_new_session=True)
-    up = cluster.command("up")
+    up = cluster.command("up", *up_args)
     try:
         assert up.returncode == 0, f"cluster up failed:\n{up.stdout}{up.stderr}"
         yield cluster
@@ -118,3 +116,17 @@ def local_cluster(tmp_path_factory) -> LocalCluster:
         left = [f"{name} ({pid})" for name, pid in pids.items() if alive(pid)]
         assert down.returncode == 0 and not left, f"cluster down left {left}:\n{down.stdout}{down.stderr}"
 
+
+def require_e2e(binaries: tuple[str, ...] = CLUSTER_BINARIES) -> None:
+    if os.environ.get(E2E) != "1":
+        pytest.skip(f"the local-cluster tests run through `make e2e` ({E2E}=1)")
+    missing = [name for name in binaries if not (BIN / name).is_file()]
+    if missing:
+        pytest.fail(f"not built: {', '.join(missing)}: run `make cluster-up` (or `make go-tools`) first")
+
+
+@pytest.fixture(scope="session")
+def local_cluster(tmp_path_factory) -> LocalCluster:
+    require_e2e()
+    with running_cluster(tmp_path_factory.mktemp("cluster")) as cluster:
+        yield cluster

@@ -1,11 +1,19 @@
 """Rendered Workflows under the real Argo controller on the local cluster, their pods run by
 the process kubelet (tests/e2e/; `make e2e`). Each test gets Nodes and a namespace
-of its own, so the tests of one cluster never see each other's pods."""
+of its own, so the tests of one cluster never see each other's pods.
+
+As the user's cluster has it: the kubelet maps only what the job's image holds (torchdag's
+image: the Dockerfile's files; a user's image: its own folder), never the rest of the checkout
+(`--no-checkout-map`), and the namespace's default ServiceAccount has exactly the Roles the
+docs tell the user to apply for the job's features (docs/rbac/, as the render header names
+them), applied from those files."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
+import shlex
 import subprocess
 import sys
 import uuid
@@ -17,19 +25,20 @@ import yaml
 from kubelet_cluster_helpers import KubeletProcess
 
 from helpers import REPO, free_port
+from torchdag import pipeline
+from torchdag.rbac import role_files
 
 ARGOEXEC = REPO / ".tools" / "bin" / "argoexec"
 FINISHED = ("Succeeded", "Failed", "Error")
-# What Argo's executor and the gang watch need, as docs/gang.md's Role grants it.
-EXECUTOR_RULES = [
-    {"apiGroups": ["argoproj.io"], "resources": ["workflowtaskresults"], "verbs": ["create", "patch"]},
-    {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list"]},
-    {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "create", "patch"]},  # agents.fromWorkflow
-    {"apiGroups": [""], "resources": ["services"], "verbs": ["get", "create", "patch"]},  # network.mode: pod
-    {"apiGroups": ["argoproj.io"], "resources": ["workflows"], "verbs": ["get", "patch"]},
-    {"apiGroups": ["scheduling.volcano.sh", "scheduling.x-k8s.io"], "resources": ["podgroups"],
-     "verbs": ["get", "create", "patch", "delete"]},
-]
+def post_roles(kube, namespace: str, files: list[str]) -> None:
+    """What `kubectl apply -n NAMESPACE -f FILE` does with docs/rbac/ files, through the API
+    (testbed.kube.Kube): each Role and RoleBinding created in the namespace, once."""
+    paths = {"Role": "roles", "RoleBinding": "rolebindings"}
+    for path in files:
+        for doc in yaml.safe_load_all((REPO / path).read_text(encoding="utf-8")):
+            url = f"/apis/rbac.authorization.k8s.io/v1/namespaces/{namespace}/{paths[doc['kind']]}"
+            if not kube.get_or_none(f"{url}/{doc['metadata']['name']}"):
+                kube.request("POST", url, body=doc)
 
 
 def unique(prefix: str) -> str:
@@ -66,13 +75,38 @@ class Job:
         assert done.returncode == 0, done.stderr
         return out
 
-    def start(self, values: Path, *kubelet_args: str, hosts_from: Path | None = None) -> None:
+    def start(self, values: Path, *kubelet_args: str, hosts_from: Path | None = None,
+              image_maps: list[tuple[str, str]] | None = None, rbac: bool = True,
+              checkout_map_because: str = "", serve: bool = True) -> None:
         """Register the values file's nodes (`make cluster-nodes`; or those of `hosts_from`,
-        hosts that offer other than the job asks) and serve them."""
+        hosts that offer other than the job asks), grant the job's Roles (unless rbac is off)
+        and serve the nodes. The kubelet maps what the image holds: torchdag's (the Dockerfile's
+        files) unless `image_maps` names a user's image's own folders; the rest of the checkout
+        only for a test that says why (`checkout_map_because`). `serve=False`: a kubelet of the
+        test module's own serves every job's Nodes (pods not pinned to a host, such as the
+        scheduling watch, may run on any job's)."""
+        if rbac:
+            self.grant(values)
         done = self.cluster.command("nodes", str(hosts_from or values))
         assert done.returncode == 0, done.stdout + done.stderr
+        if not serve:
+            return
+        if checkout_map_because:
+            print(f"the kubelet maps /opt/torchdag onto the checkout: {checkout_map_because}")
+            maps = []
+        else:
+            maps = ["--no-checkout-map", *(["--torchdag-image"] if image_maps is None else [])]
+            maps += [f"--map={src}={dst}" for src, dst in image_maps or []]
         self.kubelet = KubeletProcess(self.cluster.kubeconfig, self.hosts[:self.used], self.dir / "kubelet",
-                                      "--argoexec", str(ARGOEXEC), *kubelet_args)
+                                      "--argoexec", str(ARGOEXEC), *maps, *kubelet_args)
+
+    def grant(self, values: Path) -> list[str]:
+        """Apply the Roles the docs tell the user to apply for this job, from the docs' own files
+        (docs/rbac/, the ones render.py's header names), to the namespace's default
+        ServiceAccount, as `kubectl apply -n NS -f` does. Returns the files."""
+        files = role_files(pipeline.run(values).plan)
+        self.cluster.kubectl("apply", "-n", self.namespace, *[f"--filename={REPO / path}" for path in files])
+        return files
 
     def submit(self, workflow: Path) -> str:
         return self.cluster.kubectl("create", "-f", str(workflow), "-o", "name").stdout.strip().split("/")[-1]
@@ -143,6 +177,13 @@ def nodes_of(workflow: dict) -> dict:
     return status.get("nodes") or {}
 
 
+def started_processes(kubelet_log: str) -> list[tuple[str, list[str]]]:
+    """(pod, argv) of each process the kubelet started (its `pid N (process, ...): ARGV > LOG` lines)."""
+    line = r"^\[kubelet [\d:]+\] (\S+)/(\S+) \S+: pid \d+ \(process, device \w+\): (.*) > \S+$"
+    found = re.findall(line, kubelet_log, re.M)
+    return [(pod, shlex.split(argv)) for _, pod, argv in found]
+
+
 def rank_of(pod: dict) -> int | None:
     label = pod["metadata"].get("labels", {}).get("torchdag.io/node-rank")
     return int(label) if label is not None else None
@@ -158,27 +199,30 @@ def checkpoint_nodes(log: str) -> set[int]:
     return {int(n) for n in re.findall(r"^\[trainer\] node (\d+): checkpoint ", log, re.M)}
 
 
+@contextlib.contextmanager
+def open_job(cluster, directory: Path, hosts: int = 3):
+    """Hosts and a namespace of one job (Job.start grants the job's Roles to its default
+    ServiceAccount); afterwards the kubelet stopped, everything deleted."""
+    namespace = unique("e2e")
+    cluster.kubectl("create", "namespace", namespace)
+    cluster.wait_for("the default ServiceAccount", lambda: cluster.kubectl(
+        "get", "serviceaccount", "default", "-n", namespace, check=False).returncode == 0)
+    made = Job(cluster, directory, namespace, [unique("host") for _ in range(hosts)])
+    try:
+        yield made
+    finally:
+        if made.kubelet:
+            made.kubelet.stop()
+        cluster.kubectl("delete", "workflows", "--all", "-n", namespace, "--wait=false", check=False)
+        # --wait=false: a gang scheduler's finalizer (Kueue's kueue.x-k8s.io/managed) may hold a pod a while
+        cluster.kubectl("delete", "pods", "--all", "-n", namespace, "--force", "--grace-period=0", "--wait=false",
+                        check=False)
+        cluster.kubectl("delete", "namespace", namespace, "--wait=false", check=False)
+        cluster.kubectl("delete", "node", *made.hosts, "--ignore-not-found", check=False)
+
+
 @pytest.fixture
 def job(local_cluster, tmp_path, request):
-    """Three hosts and a namespace of this test, with the executor's Role bound to the
-    namespace's default ServiceAccount; afterwards the kubelet stopped, everything deleted."""
-    namespace = unique("e2e")
-    local_cluster.kubectl("create", "namespace", namespace)
-    role = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
-            "metadata": {"name": "torchdag-executor", "namespace": namespace}, "rules": EXECUTOR_RULES}
-    binding = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
-               "metadata": {"name": "torchdag-executor", "namespace": namespace},
-               "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "torchdag-executor"},
-               "subjects": [{"kind": "ServiceAccount", "name": "default", "namespace": namespace}]}
-    local_cluster.kubectl("create", "-f", "-", stdin=json.dumps({"apiVersion": "v1", "kind": "List",
-                                                                "items": [role, binding]}))
-    local_cluster.wait_for("the default ServiceAccount", lambda: local_cluster.kubectl(
-        "get", "serviceaccount", "default", "-n", namespace, check=False).returncode == 0)
-    made = Job(local_cluster, tmp_path, namespace, [unique("host") for _ in range(3)])
-    yield made
-    if made.kubelet:
-        made.kubelet.stop()
-    local_cluster.kubectl("delete", "workflows", "--all", "-n", namespace, "--wait=false", check=False)
-    local_cluster.kubectl("delete", "pods", "--all", "-n", namespace, "--force", "--grace-period=0", check=False)
-    local_cluster.kubectl("delete", "namespace", namespace, "--wait=false", check=False)
-    local_cluster.kubectl("delete", "node", *made.hosts, "--ignore-not-found", check=False)
+    """Three hosts and a namespace of this test (open_job)."""
+    with open_job(local_cluster, tmp_path) as made:
+        yield made

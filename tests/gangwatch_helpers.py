@@ -77,6 +77,8 @@ class FakeApi:
         self.workflow: tuple[int, dict] = (200, RUNNING_WF)
         self.patch: list[tuple[int, dict]] = [(200, RUNNING_WF)]
         self.delete: tuple[int, dict] = (200, {"kind": "PodGroup"})
+        self.pod_status: tuple[int, dict] = (200, {"kind": "Pod"})  # PATCH of a pod's status
+        self.objects: dict[str, tuple[int, dict]] = {}  # GET (and DELETE) of other paths: a gang's object
         self.requests: list[dict] = []
         self.lock = threading.Lock()
 
@@ -92,8 +94,12 @@ class FakeApi:
                 return self.workflow
             if method == "PATCH" and route == WF_PATH:
                 return self.patch.pop(0) if len(self.patch) > 1 else self.patch[0]
-            if method == "DELETE" and route == PODGROUP_PATH:
+            if method == "DELETE" and (route == PODGROUP_PATH or route in self.objects):
                 return self.delete
+            if method == "GET" and route in self.objects:
+                return self.objects[route]
+            if method == "PATCH" and route.startswith(PODS_PATH + "/") and route.endswith("/status"):
+                return self.pod_status
             return status(404, f"no route for {method} {route}")
 
     def calls(self, method: str, route: str) -> list[dict]:
@@ -131,14 +137,15 @@ def api():
         server.server_close()
 
 
-def run_watch(api_url: str, tmp_path: Path, *extra: str, pods: int = 3, timeout: float = 10, poll: float = 0.1,
+def run_watch(api_url: str, tmp_path: Path, *extra: str, pods: int | None = 3, timeout: float = 10, poll: float = 0.1,
               env: dict | None = None, termination_log: Path | None = None) -> subprocess.CompletedProcess:
     token = tmp_path / "token"
     token.write_text(TOKEN + "\n")
     log = termination_log if termination_log is not None else tmp_path / "termination-log"
     if termination_log is None:
         log.write_text("")  # Kubernetes creates the file; the script only writes an existing one
-    return subprocess.run([sys.executable, str(GANGWATCH), f"--workflow={WF}", f"--namespace={NS}", f"--pods={pods}",
+    count = [f"--pods={pods}"] if pods is not None else []
+    return subprocess.run([sys.executable, str(GANGWATCH), f"--workflow={WF}", f"--namespace={NS}", *count,
                            f"--timeout={timeout:g}", f"--poll={poll:g}", "--api-server", api_url,
                            "--token-file", str(token), "--termination-log", str(log), *extra],
                           capture_output=True, text=True, env=watch_env(**(env or {})), timeout=60)

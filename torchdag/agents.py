@@ -24,7 +24,7 @@ def agent_text(name: str) -> str:
 
 def agents_plan(values: dict, facts: dict) -> dict | None:
     """The ConfigMap task's manifest (lines as printed), the pod volume and the mount; None when
-    the image brings the helpers or the containers run none. facts: recorder, preflight, gang."""
+    the image brings the helpers or the containers run none. facts: recorder, preflight, watch."""
     entry = catalog()["agents"]
     files = items(entry["files"], facts)
     if not values["agents"]["fromWorkflow"] or not files:

@@ -67,8 +67,8 @@ class Rendered:
     def warnings(self) -> list[str]:
         """Advice that does not stop rendering (printed on stderr)."""
         nodes = self.values["nodes"]
-        advice = (self._typing_warnings() + self._hccl_port_warnings() + self._full_crd_warnings()
-                  + self._executor_token_warnings() + self._shared_claim_warnings())
+        advice = (self._typing_warnings() + self._hccl_port_warnings() + self._executor_token_warnings()
+                  + self._shared_claim_warnings())
         if self.plan.network:
             return advice + [f"{self.source}: nodes[{index}].address: unused on the pod network (network.mode: pod): "
                              "the other nodes reach this node by its pod's DNS name; remove it"
@@ -116,19 +116,6 @@ class Rendered:
                 + catalog.fill(text, {"claim": volume["persistentVolumeClaim"]["claimName"], "count": count})
                 for index, volume in enumerate(self.values["volumes"])
                 if volume.get("persistentVolumeClaim") and not volume.get("readOnly")]
-
-    def _full_crd_warnings(self) -> list[str]:
-        """Past 200 DAG tasks the nodes go in loop tasks (plan.node_loops), so only a job with
-        about 200 node shapes still passes a bound of Argo's full CRDs."""
-        limit = catalog.catalog()["argoFullCrdMaxItems"]
-        plan, gang = self.plan, self.plan.gang
-        extra = bool(gang) + bool(gang and gang["manifest"]) + bool(plan.network)
-        counts = {"spec.templates": 1 + extra + len(plan.shapes),
-                  "spec.templates[0].dag.tasks": extra + (len(plan.loops) if plan.loops else len(plan.nodes))}
-        return [f"{self.source}: nodes: {len(plan.shapes)} node shapes (accelerator, devices, resources, NIC mode) "
-                f"make {count} items in {field}; a cluster that installed Argo's full CRDs (its default since v4.0) "
-                f"refuses more than {limit} ('{field}: Too many'): give the nodes fewer distinct resources"
-                for field, count in counts.items() if count > limit]
 
     def _hccl_port_warnings(self) -> list[str]:
         """The port among the host ports HCCL takes from a base the job's env moved (rule

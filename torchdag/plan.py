@@ -35,6 +35,7 @@ from .catalog import (
     node_name,
     resource_name,
 )
+from .watch import elastic_from, host_check, scheduling_watch
 from .yamlout import dollar_escape, quantity, quote
 
 
@@ -102,6 +103,7 @@ class Plan:
     elastic_from: int  # the first elastic member's rank (elastic.minNodes); the node count when none
     gang: dict | None  # gang scheduling (scheduling.gang): pod fields and the PodGroup manifest, or None
     watch: dict  # the task bounding scheduling (scheduling.timeout): its name and command
+    host_check: dict | None  # node recovery: the task bounding each retried pod's scheduling, or None
     network: dict | None  # the pod network (network_plan below), or None on the host network
     depends: str  # what every node task waits for ("" for nothing)
     loops: list[NodeLoop] | None  # the nodes' loop tasks past argoFullCrdMaxItems tasks; None: a task per node
@@ -183,11 +185,6 @@ def node_recovery(values: dict) -> bool:
     return bool(policy["maxRestarts"]) and policy["recovery"] == "node"
 
 
-def elastic_from(values: dict) -> int:
-    """The first rank of the elastic members (elastic.minNodes; the node count when 0)."""
-    return int(values["elastic"]["minNodes"]) or len(values["nodes"])
-
-
 def _number(value) -> str:
     return str(int(value)) if value else ""
 
@@ -252,6 +249,12 @@ def _command(values: dict, facts: dict) -> list[str]:
     # The wrapper's own words are bash syntax, not Kubernetes': escape only from the script path on.
     fixed = len(catalog()["setEnvCommand"]) if set_env else 0
     return words[:fixed] + [dollar_escape(word) for word in words[fixed:]]
+
+
+def runs_agent(command: list[str]) -> bool:
+    """Whether a command runs a file from the helpers' folder (catalog agents.path)."""
+    folder = catalog()["agents"]["path"].rstrip("/") + "/"
+    return any(word.startswith(folder) for word in command)
 
 
 def recorder(values: dict) -> list[str]:
@@ -374,7 +377,7 @@ def make_plan(values: dict) -> Plan:
     runs_preflight = values["preflight"]["enabled"] or pod or any(
         (node.get("nic") or (values["network"]["nic"] if pod else "")) == "auto" for node in nodes)
     agents = agents_plan(values, {"recorder": bool(recorder(values)), "preflight": runs_preflight,
-                                  "gang": values["scheduling"]["gang"] != "none"})
+                                  "watch": runs_agent(values["scheduling"]["watchCommand"])})
 
     specs: dict[tuple, dict] = {}  # shape key -> the shape's fields, in first-seen order
     placed = []
@@ -421,6 +424,7 @@ def make_plan(values: dict) -> Plan:
         elastic_from=elastic_from(values),
         gang=gang_plan,
         watch=scheduling_watch(values, planned, gang_plan),
+        host_check=host_check(values, gang_plan) if node_recovery(values) else None,
         network=network,
         depends=" && ".join(filter(None, [node_depends(gang_plan, network), agents and agents["task"]])),
         loops=loops,
@@ -516,6 +520,9 @@ def gang(values: dict, nodes: list) -> dict | None:
         return None
     entry, group_name = catalog()["gangs"][scheduling["gang"]], catalog()["gangName"]
     fields = {"group": group_name, "count": str(len(nodes)), "queue": scheduling["queue"] or ""}
+    # The fewest machines the job may run with: a member retried after a loss joins the
+    # survivors' gang, which a minimum of every node would never place again.
+    least = elastic_from(values)
     gang = {
         "kind": scheduling["gang"],
         "task": catalog()["gangTask"],  # the PodGroup's, when there is one
@@ -528,12 +535,12 @@ def gang(values: dict, nodes: list) -> dict | None:
     group = entry["podGroup"]
     if group:
         priority = values["workflow"]["priorityClassName"]
-        facts = {"count": str(len(nodes)), "timeout": str(int(scheduling["timeout"])),
+        facts = {"count": str(len(nodes)), "minMember": str(least), "timeout": str(int(scheduling["timeout"])),
                  "queue": quote(scheduling["queue"]) if scheduling["queue"] else "",
                  "priorityClassName": quote(priority) if priority else ""}
         spec = [f"{key}: {value}" for key, value in items(group["spec"], facts)]
         totals: dict[str, int] = {}
-        for node in nodes if group["minResources"] else []:
+        for node in nodes[:least] if group["minResources"] else []:
             name = resource_name(node.accelerator, values)
             if name:
                 totals[name] = totals.get(name, 0) + node.devices
@@ -543,17 +550,6 @@ def gang(values: dict, nodes: list) -> dict | None:
         head = {"apiVersion": quote(group["apiVersion"]), "name": quote(group_name)}
         gang["manifest"] = [*items(catalog()["podGroupManifest"], head), *[f"  {line}" for line in spec]]
     return gang
-
-
-def scheduling_watch(values: dict, nodes: list, gang_plan: dict | None) -> dict:
-    """The task that bounds scheduling (scheduling.timeout) in every job (catalogue `watch`)."""
-    entry = catalog()["watch"]
-    group = catalog()["gangs"][gang_plan["kind"]]["podGroup"] if gang_plan else None
-    facts = {**(group or {}), "group": catalog()["gangName"], "count": str(len(nodes)), "gang": bool(gang_plan),
-             "timeout": str(int(values["scheduling"]["timeout"])), "podGroup": bool(group)}
-    command = values["scheduling"]["watchCommand"] + items(entry["args"], facts)
-    return {"task": entry["task"]["gang" if gang_plan else "none"], "requests": entry["requests"], "env": entry["env"],
-            "command": [dollar_escape(word) for word in command]}
 
 
 # --- the pod network ---------------------------------------------------------------------------

@@ -43,9 +43,9 @@ class TooLarge(ValuesError):
 def render(plan: Plan, source: str = "values", check_size: bool = True) -> str:
     """The Workflow's text, parsed back; refused when larger than Argo can keep, unless
     check_size is off (bench/bench_cluster.py: what Argo does with what the guard refuses)."""
-    problem = gang_problem(plan)
-    if problem:
-        raise ValuesError(source, [problem])
+    problems = [found for found in [gang_problem(plan)] if found] + full_crd_problems(plan)
+    if problems:
+        raise ValuesError(source, problems)
     text = _environment().get_template("workflow.yaml.j2").render(plan=plan, summary=summary_comment(plan))
     for document in check_documents(text):
         problem = size_problem(plan, _kind(document), json_size(document)) if check_size else None
@@ -63,6 +63,27 @@ def gang_problem(plan: Plan) -> Problem | None:
         return None
     fields = {"count": len(plan.shapes), "max": entry["maxPodSets"], "names": ", ".join(s.name for s in plan.shapes)}
     return Problem(("scheduling", "gang"), fill(entry["tooManyPodSets"], fields))
+
+
+def item_counts(plan: Plan) -> dict[str, int]:
+    """What Argo's full CRDs count (catalog argoFullCrdMaxItems): the Workflow's templates and
+    its one DAG's tasks, as the templates print them."""
+    helpers = bool(plan.gang and plan.gang["manifest"]) + bool(plan.network) + bool(plan.agents)
+    templates = (1 + len(plan.shapes) * (2 if plan.node_retry else 1) + 1 + bool(plan.host_check) + helpers)
+    tasks = (len(plan.loops) if plan.loops else len(plan.nodes)) + 1 + helpers
+    return {"spec.templates": templates, "spec.templates[0].dag.tasks": tasks}
+
+
+def full_crd_problems(plan: Plan) -> list[Problem]:
+    """Rule templates-too-many: past 200 machines the nodes go in loop tasks (plan.node_loops),
+    but each node shape is a template (and, under node recovery, a retry wrapper too): Argo's
+    full CRDs refuse more than 200 of either; a plan-time rule, as the counts are the plan's."""
+    limit = catalog()["argoFullCrdMaxItems"]
+    wrappers = " (a container template and, under failurePolicy.recovery node, a retry wrapper each)" \
+        if plan.node_retry else ""
+    return [problem("templates-too-many", ("nodes",), shapes=len(plan.shapes), count=count, field=field, limit=limit,
+                    wrappers=wrappers if field == "spec.templates" else "")
+            for field, count in item_counts(plan).items() if count > limit]
 
 
 def status_budget(plan: Plan) -> tuple[int, int]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from . import catalog
 from .plan import Plan
+from .rbac import files_argument
 
 
 def summary_lines(plan: Plan, short: bool = False) -> list[str]:
@@ -34,6 +35,7 @@ def summary_lines(plan: Plan, short: bool = False) -> list[str]:
         "agentsCarried": bool(plan.agents), "agentsFromImage": not v["agents"]["fromWorkflow"],
         "agentCount": len(plan.agents["files"]) if plan.agents else 0,
         "agentsPath": catalog.catalog()["agents"]["path"],
+        "roles": files_argument(plan),
     }
     lines = catalog.items(texts["lines"], facts)
     header = texts["columns"]

@@ -255,6 +255,8 @@ def _volume_problems(values: dict) -> list[Problem]:
     if _section(values, "ascend").get("mountDriver") and any(catalog.is_ascend(kind) for _, kind in _kinds(values)):
         taken.update({m["mountPath"]: ("volume-on-driver",
                                        {"mount": m["name"]}) for m in catalog.catalog()["ascendMounts"]})
+    # The helpers' ConfigMap (agents.fromWorkflow), mounted read-only: nothing can be mounted on or in it.
+    agents = clean_path(catalog.catalog()["agents"]["path"]) if _section(values, "agents").get("fromWorkflow") else None
     names: dict[str, int] = {}
     for index, volume in _dicts(values.get("volumes")):
         name, mount_path = _text(volume.get("name")), _text(volume.get("mountPath"))
@@ -270,6 +272,9 @@ def _volume_problems(values: dict) -> list[Problem]:
         if argo:
             problems.append(problem("volume-argo-mount", ("volumes", index, "mountPath"), shown=show(mount_path),
                                     argo=argo))
+        elif agents and (mount + "/").startswith(agents + "/"):
+            problems.append(problem("volume-on-agents", ("volumes", index, "mountPath"), shown=show(mount_path),
+                                    agents=agents))
         elif mount in taken:
             rule, fields = taken[mount]
             problems.append(problem(rule, ("volumes", index, "mountPath"), shown=show(mount_path), **fields))

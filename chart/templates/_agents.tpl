@@ -10,7 +10,8 @@ Usage: include "torchdag.agents" (dict "root" $ "catalog" $cat "values" $v "pod"
 {{- $runsPreflight := or $v.preflight.enabled .pod -}}
 {{- range $v.nodes }}{{ if eq (.nic | default (ternary $v.network.nic "" $.pod)) "auto" }}{{ $runsPreflight = true }}{{ end }}{{ end -}}
 {{- $recording := include "torchdag.recorder" (dict "catalog" .catalog "values" $v) | fromJsonArray | empty | not -}}
-{{- $facts := dict "recorder" $recording "preflight" $runsPreflight "gang" (ne $v.scheduling.gang "none") -}}
+{{- $watch := false }}{{ range $v.scheduling.watchCommand }}{{ if hasPrefix (printf "%s/" (trimSuffix "/" $entry.path)) . }}{{ $watch = true }}{{ end }}{{ end -}}
+{{- $facts := dict "recorder" $recording "preflight" $runsPreflight "watch" $watch -}}
 {{- $files := include "torchdag.items" (dict "items" $entry.files "facts" $facts) | fromJsonArray -}}
 {{- $out := dict -}}
 {{- if and .values.agents.fromWorkflow $files -}}
@@ -61,7 +62,7 @@ Usage: include "torchdag.agents" (dict "root" $ "catalog" $cat "values" $v "pod"
 {{- end }}
 {{- end }}
 
-{{/* agents_mount(): the gang watch's mount of it. Takes the plan. */}}
+{{/* agents_mount(): the scheduling watch's and the host check's mount of it. Takes the plan. */}}
 {{- define "torchdag.agentsMount" }}
 {{- with .agents }}
       volumeMounts:
@@ -81,5 +82,14 @@ or when launcher.extraArgs makes the script no Python file). Takes (dict "catalo
 {{/* summary.summary_lines()' facts on the script's backend and the helpers. Takes (dict "plan" "values"). */}}
 {{- define "torchdag.agentsFacts" -}}
 {{- $buckets := false }}{{ range .plan.shapes }}{{ if and (eq $.plan.backend "gloo") (ne .device "cpu") }}{{ $buckets = true }}{{ end }}{{ end -}}
-{{- toJson (dict "cpuBuckets" $buckets "agentsCarried" (not (empty .plan.agents)) "agentsFromImage" (not .values.agents.fromWorkflow) "agentCount" (len (.plan.agents.files | default list)) "agentsPath" .plan.catalog.agents.path) -}}
+{{- $roles := list }}{{ range include "torchdag.rbacRoles" .plan | fromJsonArray }}{{ $roles = append $roles (printf "%s/%s.yaml" $.plan.catalog.rbac.folder .) }}{{ end -}}
+{{- $roles = join "," $roles -}}
+{{- toJson (dict "cpuBuckets" $buckets "agentsCarried" (not (empty .plan.agents)) "agentsFromImage" (not .values.agents.fromWorkflow) "agentCount" (len (.plan.agents.files | default list)) "agentsPath" .plan.catalog.agents.path "roles" $roles) -}}
+{{- end -}}
+
+{{/* torchdag/rbac.py's roles(): the names of the Roles a job needs (catalogue `rbac`), as a JSON list. Takes the plan. */}}
+{{- define "torchdag.rbacRoles" -}}
+{{- $facts := dict "helpers" (not (empty .agents)) "podNetwork" (not (empty .network)) "elastic" (lt (int .elasticFrom) (len .nodes)) -}}
+{{- range $kind, $_ := .catalog.gangs }}{{ $_ := set $facts $kind (eq $kind ($.gang | default dict).kind) }}{{ end -}}
+{{- include "torchdag.items" (dict "items" .catalog.rbac.roles "facts" $facts) -}}
 {{- end -}}

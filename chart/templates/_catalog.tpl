@@ -58,19 +58,19 @@ The catalogue as JSON; read it with `include "torchdag.catalog" . | fromJson`. *
       },
       {
         "if": [
-          "gang"
+          "watch"
         ],
         "value": "gangwatch.py"
       },
       {
         "if": [
-          "gang"
+          "watch"
         ],
         "value": "gangpods.py"
       },
       {
         "if": [
-          "gang"
+          "watch"
         ],
         "value": "kubeapi.py"
       }
@@ -656,7 +656,7 @@ The catalogue as JSON; read it with `include "torchdag.catalog" . | fromJson`. *
           {
             "value": [
               "minMember",
-              "{count}"
+              "{minMember}"
             ]
           },
           {
@@ -684,7 +684,11 @@ The catalogue as JSON; read it with `include "torchdag.catalog" . | fromJson`. *
       },
       "roleAnnotation": "kueue.x-k8s.io/role-hash",
       "schedulerName": "",
-      "tooManyPodSets": "kueue makes a Workload podSet of each node template, and these nodes make {count} templates (they differ in accelerator, devices, resources or NIC mode: {names}); a Workload holds at most {max} podSets, so Kueue would never admit the gang: make the nodes alike, or use volcano or coscheduling"
+      "tooManyPodSets": "kueue makes a Workload podSet of each node template, and these nodes make {count} templates (they differ in accelerator, devices, resources or NIC mode: {names}); a Workload holds at most {max} podSets, so Kueue would never admit the gang: make the nodes alike, or use volcano or coscheduling",
+      "watchObject": {
+        "apiVersion": "kueue.x-k8s.io/v1beta2",
+        "resource": "workloads"
+      }
     },
     "volcano": {
       "podAnnotations": {
@@ -698,7 +702,7 @@ The catalogue as JSON; read it with `include "torchdag.catalog" . | fromJson`. *
           {
             "value": [
               "minMember",
-              "{count}"
+              "{minMember}"
             ]
           },
           {
@@ -753,12 +757,33 @@ The catalogue as JSON; read it with `include "torchdag.catalog" . | fromJson`. *
   },
   "hostCheck": {
     "args": [
-      "-c",
-      ""
+      "--workflow={group}",
+      "--namespace={{ "{{" }}workflow.namespace}}",
+      "--rank={input:node-rank}",
+      "--timeout={timeout}",
+      {
+        "if": [
+          "elastic"
+        ],
+        "value": "--elastic-from={minNodes}"
+      },
+      {
+        "if": [
+          "elastic"
+        ],
+        "value": "--elastic-timeout={rejoinSeconds}"
+      },
+      {
+        "if": [
+          "watchObject"
+        ],
+        "value": "--podgroup={apiVersion}/{resource}/{group}"
+      },
+      "--what=retry"
     ],
     "requests": {
-      "cpu": "10m",
-      "memory": "32Mi"
+      "cpu": "50m",
+      "memory": "64Mi"
     },
     "task": "host-check",
     "when": "{retries} > 0"
@@ -848,9 +873,11 @@ The catalogue as JSON; read it with `include "torchdag.catalog" . | fromJson`. *
     "string-argo-braces": "{shown} contains '{{ "{{" }}', which Argo would read as a placeholder and cannot escape; remove it",
     "string-control": "{subject}contains a control character (DEL, U+0080-U+009F, U+FFFE or U+FFFF), which YAML cannot carry; remove it",
     "string-nul": "{subject}contains a NUL character, which no process argument or environment value can carry",
+    "templates-too-many": "{shapes} node shapes (nodes that differ in accelerator, devices, resources or NIC mode) make {count} items in {field}{wrappers}; Argo's full CRDs, which Argo installs by default since v4.0, refuse more than {limit} ('{field}: Too many'): give the nodes fewer distinct shapes",
     "volume-argo-mount": "{shown} is in {argo}, where Argo's controller mounts its executor into every pod (var-run-argo); choose another path",
     "volume-duplicate-mount": "{shown} is also the mountPath of volumes[{first}]",
     "volume-duplicate-name": "{shown} duplicates volumes[{first}].name",
+    "volume-on-agents": "{shown} is where the Workflow mounts torchdag's helpers (the ConfigMap of agents.fromWorkflow, {agents}); choose another path, or set agents.fromWorkflow: false and bring the helpers in the image",
     "volume-on-driver": "{shown} is where torchdag mounts the Ascend driver ({mount}); set ascend.mountDriver: false to mount the driver yourself",
     "volume-on-shm": "{shown} is /dev/shm, which torchdag mounts (shmSize); set shmSize: \"\" to mount your own",
     "workflow-size-spec": "{count} nodes make a {kind} of {bytes} bytes as the API server stores it (JSON), over the {limit}-byte limit Argo's controller holds a Workflow to (it ends a larger one in Error before its first pod): split the job, or shorten args, env and names",
@@ -945,6 +972,199 @@ The catalogue as JSON; read it with `include "torchdag.catalog" . | fromJson`. *
       "k": 1000
     }
   },
+  "rbac": {
+    "folder": "docs/rbac",
+    "grants": {
+      "elastic": {
+        "rules": [
+          {
+            "apiGroups": [
+              ""
+            ],
+            "resources": [
+              "pods/status"
+            ],
+            "verbs": [
+              "patch"
+            ]
+          }
+        ],
+        "why": "elastic.minNodes: a retried elastic member's host check marks its pod Failed when the pod is not scheduled within elastic.rejoinSeconds (its machine is gone), so the job goes on without it"
+      },
+      "gang-coscheduling": {
+        "rules": [
+          {
+            "apiGroups": [
+              "scheduling.x-k8s.io"
+            ],
+            "resources": [
+              "podgroups"
+            ],
+            "verbs": [
+              "get",
+              "create",
+              "patch",
+              "delete"
+            ]
+          }
+        ],
+        "why": "scheduling.gang coscheduling: the `gang` task applies the job's PodGroup, and the gang watch deletes it when it stops the job"
+      },
+      "gang-kueue": {
+        "rules": [
+          {
+            "apiGroups": [
+              "kueue.x-k8s.io"
+            ],
+            "resources": [
+              "workloads"
+            ],
+            "verbs": [
+              "get",
+              "delete"
+            ]
+          }
+        ],
+        "why": "scheduling.gang kueue: the gang watch reads the group's Workload for Kueue's reason when the gang is not admitted, and deletes it when it stops the job (else Kueue's finalizer keeps the deleted pods Terminating)"
+      },
+      "gang-volcano": {
+        "rules": [
+          {
+            "apiGroups": [
+              "scheduling.volcano.sh"
+            ],
+            "resources": [
+              "podgroups"
+            ],
+            "verbs": [
+              "get",
+              "create",
+              "patch",
+              "delete"
+            ]
+          }
+        ],
+        "why": "scheduling.gang volcano: the `gang` task applies the job's PodGroup, and the gang watch deletes it when it stops the job"
+      },
+      "helpers": {
+        "rules": [
+          {
+            "apiGroups": [
+              ""
+            ],
+            "resources": [
+              "configmaps"
+            ],
+            "verbs": [
+              "get",
+              "create",
+              "patch"
+            ]
+          }
+        ],
+        "why": "agents.fromWorkflow (the default): the `agents` task applies the helpers' ConfigMap before any pod that runs one"
+      },
+      "job": {
+        "rules": [
+          {
+            "apiGroups": [
+              "argoproj.io"
+            ],
+            "resources": [
+              "workflowtaskresults"
+            ],
+            "verbs": [
+              "create",
+              "patch"
+            ]
+          },
+          {
+            "apiGroups": [
+              ""
+            ],
+            "resources": [
+              "pods"
+            ],
+            "verbs": [
+              "get",
+              "list"
+            ]
+          },
+          {
+            "apiGroups": [
+              "argoproj.io"
+            ],
+            "resources": [
+              "workflows"
+            ],
+            "verbs": [
+              "get",
+              "patch"
+            ]
+          }
+        ],
+        "why": "every job: Argo's executor reports each step's outcome (Argo 3.4 and later), and the scheduling watch (schedule-watch or gang-watch) reads the training pods and stops the Workflow when one is not scheduled within scheduling.timeout"
+      },
+      "pod-network": {
+        "rules": [
+          {
+            "apiGroups": [
+              ""
+            ],
+            "resources": [
+              "services"
+            ],
+            "verbs": [
+              "get",
+              "create",
+              "patch"
+            ]
+          }
+        ],
+        "why": "network.mode pod: the `service` task applies the run's headless Service"
+      }
+    },
+    "roleName": "torchdag-{name}",
+    "roles": [
+      "job",
+      {
+        "if": [
+          "helpers"
+        ],
+        "value": "helpers"
+      },
+      {
+        "if": [
+          "podNetwork"
+        ],
+        "value": "pod-network"
+      },
+      {
+        "if": [
+          "volcano"
+        ],
+        "value": "gang-volcano"
+      },
+      {
+        "if": [
+          "kueue"
+        ],
+        "value": "gang-kueue"
+      },
+      {
+        "if": [
+          "coscheduling"
+        ],
+        "value": "gang-coscheduling"
+      },
+      {
+        "if": [
+          "elastic"
+        ],
+        "value": "elastic"
+      }
+    ]
+  },
   "restartBackoffCapSeconds": 3600,
   "restartStrategy": {
     "factor": 2,
@@ -1023,7 +1243,8 @@ The catalogue as JSON; read it with `include "torchdag.catalog" . | fromJson`. *
           "agentsFromImage"
         ],
         "value": "helpers: the image must hold them at {agentsPath} (agents.fromWorkflow: false)"
-      }
+      },
+      "rbac: kubectl apply -n <namespace> -f {roles}"
     ],
     "queue": {
       "none": "",
@@ -1046,7 +1267,7 @@ The catalogue as JSON; read it with `include "torchdag.catalog" . | fromJson`. *
       "--timeout={timeout}",
       {
         "if": [
-          "podGroup"
+          "watchObject"
         ],
         "value": "--podgroup={apiVersion}/{resource}/{group}"
       },

@@ -39,10 +39,10 @@ it waits for, whether the DAG goes on without it, its arguments). Takes (dict "p
 {{- end -}}
 
 {{/* templates/_node_retry.j2: under failurePolicy.recovery node, each shape's retry wrapper
-(and, with elastic members, the host check). Takes (dict "plan" "values"). */}}
+(its step group: the node's pod and, on a retry, the host check), then the host check. Takes (dict "plan" "values"). */}}
 {{- define "torchdag.nodeRetry" }}
   {{- $plan := .plan }}
-  {{- $check := $plan.catalog.hostCheck }}
+  {{- $check := $plan.hostCheck }}
   {{- with $plan.nodeRetry }}
   {{- $retry := . }}
   {{- range $shape := $plan.shapes }}
@@ -65,15 +65,6 @@ it waits for, whether the DAG goes on without it, its arguments). Takes (dict "p
       {{- end }}
       {{- end }}
     steps:
-    {{- if lt (int $plan.elasticFrom) (len $plan.nodes) }}
-    - - name: {{ toJson $check.task }}
-        template: {{ toJson $check.task }}
-        when: "{{ include "torchdag.fill" (dict "text" $check.when "fields" (dict "retries" $plan.catalog.container.argoArguments.restart)) }}"
-        arguments:
-          parameters:
-          - name: "host"
-            value: {{ index $plan.inputs "host" | toJson }}
-    {{- end }}
     - - name: {{ toJson $plan.catalog.container.retryStep }}
         template: {{ toJson $shape.name }}
         arguments:
@@ -82,37 +73,41 @@ it waits for, whether the DAG goes on without it, its arguments). Takes (dict "p
           - name: {{ toJson . }}
             value: {{ toJson (get $plan.catalog.container.argoArguments . | default (include "torchdag.fill" (dict "text" $plan.catalog.container.inputParameter "fields" (dict "name" .)))) }}
           {{- end }}
+      - name: {{ toJson $check.task }}
+        template: {{ toJson $check.task }}
+        when: "{{ $check.when }}"
+        arguments:
+          parameters:
+          - name: "node-rank"
+            value: {{ index $plan.inputs "node-rank" | toJson }}
   {{- end }}
-  {{- if lt (int $plan.elasticFrom) (len $plan.nodes) }}
-  # A retried elastic member's host still takes pods: else it fails within rejoinSeconds.
+  # A retried node's pod is scheduled within scheduling.timeout (an elastic member's within
+  # elastic.rejoinSeconds), else this names its host and ends the wait.
   - name: {{ toJson $check.task }}
-    timeout: {{ toJson (printf "%ds" (int64 $.values.elastic.rejoinSeconds)) }}
     inputs:
       parameters:
-      - name: "host"
-    affinity:
-      nodeAffinity:
-        requiredDuringSchedulingIgnoredDuringExecution:
-          nodeSelectorTerms:
-          - matchExpressions:
-            - key: {{ toJson $plan.catalog.hostLabel }}
-              operator: "In"
-              values:
-              - {{ index $plan.inputs "host" | toJson }}
+      - name: "node-rank"
+    metadata:
+      labels:
+        {{ toJson $plan.catalog.labels.role }}: {{ toJson $check.task }}
     container:
       image: {{ toJson $.values.image }}
       imagePullPolicy: {{ toJson $.values.imagePullPolicy }}
       command:
-      - {{ toJson $.values.launcher.python }}
-      {{- range $check.args }}
+      {{- range $check.command }}
       - {{ toJson . }}
       {{- end }}
+      env:
+      {{- range $check.env }}
+      - name: {{ index . 0 | toJson }}
+        value: {{ index . 1 | toJson }}
+      {{- end }}
+      {{- include "torchdag.agentsMount" $plan }}
       resources:
         requests:
           {{- range $key, $value := $check.requests }}
           {{ toJson $key }}: {{ toJson $value }}
           {{- end }}
       {{- include "torchdag.containerSecurity" $plan.security }}
-  {{- end }}
   {{- end }}
 {{- end -}}

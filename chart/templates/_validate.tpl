@@ -94,6 +94,7 @@ worded by the catalogue's `messages`; one line per problem, all at once. (dict "
 {{- range $cat.ascendMounts }}{{ $_ := set $taken .mountPath (dict "rule" "volume-on-driver" "mount" .name) }}{{ end -}}
 {{- end -}}
 {{- end -}}
+{{- $agents := ternary (clean $cat.agents.path) "" (ne (toString ($v.agents | default dict).fromWorkflow) "false") -}}
 {{- $names := dict -}}
 {{- range $index, $volume := $v.volumes -}}
 {{- if hasKey $names $volume.name -}}
@@ -103,6 +104,8 @@ worded by the catalogue's `messages`; one line per problem, all at once. (dict "
 {{- $argo := "" }}{{ range $cat.argoMounts }}{{ if and (not $argo) (hasPrefix (printf "%s/" .) (printf "%s/" $mount)) }}{{ $argo = . }}{{ end }}{{ end -}}
 {{- if $argo -}}
 {{- $problems = append $problems (include "torchdag.problem" (list $cat "volume-argo-mount" (printf "volumes[%d].mountPath" $index) (dict "shown" (include "torchdag.validate.show" $volume.mountPath) "argo" $argo))) -}}
+{{- else if and $agents (hasPrefix (printf "%s/" $agents) (printf "%s/" $mount)) -}}
+{{- $problems = append $problems (include "torchdag.problem" (list $cat "volume-on-agents" (printf "volumes[%d].mountPath" $index) (dict "shown" (include "torchdag.validate.show" $volume.mountPath) "agents" $agents))) -}}
 {{- else }}{{ with index $taken $mount -}}
 {{- $problems = append $problems (include "torchdag.problem" (list $cat .rule (printf "volumes[%d].mountPath" $index) (merge (dict "shown" (include "torchdag.validate.show" $volume.mountPath)) .))) -}}
 {{- else }}{{ $_ := set $taken $mount (dict "rule" "volume-duplicate-mount" "first" $index) }}{{ end }}{{ end -}}

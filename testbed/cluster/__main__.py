@@ -1,4 +1,4 @@
-"""python -m testbed.cluster up|down|nodes VALUES (the Makefile's cluster-* targets)."""
+"""python -m testbed.cluster up|down|nodes VALUES|kubelet|schedulers NAME... (the Makefile's cluster-* targets)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from torchdag.errors import run_command
 from .layout import Layout
 from .nodes import DEFAULT_CAPACITY, node_objects, register
 from .procs import ports
+from .schedulers import KNOWN as GANG_SCHEDULERS
 from .up import PORTS, Cluster, ClusterError
 
 
@@ -21,7 +22,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--dir", help="the cluster's state directory (default: $TORCHDAG_CLUSTER_DIR or .cluster)")
     commands = parser.add_subparsers(dest="command", required=True)
-    commands.add_parser("up", help="start every component not running and wait until all are ready")
+    up = commands.add_parser("up", help="start every component not running and wait until all are ready")
+    up.add_argument("--schedulers", default="", help="comma-separated real gang schedulers to run too "
+                                                     f"({', '.join(GANG_SCHEDULERS)})")
+    gang = commands.add_parser("schedulers", help="start real gang schedulers in the cluster (with their CRDs, "
+                                                  "webhooks and a ClusterQueue); `up` restarts them after a reboot")
+    gang.add_argument("names", nargs="+", choices=GANG_SCHEDULERS)
     commands.add_parser("down", help="stop every component (SIGTERM, then SIGKILL) and remove the state directory")
     commands.add_parser("kubelet", help="start the process kubelet in the background for every Node "
                                                   "`nodes` registers; extra words go to it (e.g. --cpu)")
@@ -35,7 +41,11 @@ def build_parser() -> argparse.ArgumentParser:
 def _body(args: argparse.Namespace) -> int:
     cluster = Cluster(Layout.of(args.dir))
     if args.command == "up":
-        cluster.up()
+        cluster.up(gang_schedulers=tuple(name for name in args.schedulers.split(",") if name))
+    elif args.command == "schedulers":
+        if not cluster.layout.kubeconfig.exists():
+            raise ClusterError(f"no cluster at {cluster.layout.root}: run `make cluster-up` first")
+        cluster.up(gang_schedulers=tuple(args.names))
     elif args.command == "down":
         cluster.down()
     elif args.command == "kubelet":

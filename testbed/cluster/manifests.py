@@ -37,14 +37,15 @@ def kubeconfig(layout: Layout, apiserver_port: int) -> str:
     return yaml.safe_dump(config, sort_keys=False)
 
 
-def scheduler_config(layout: Layout) -> str:
-    """One kube-scheduler serving every scheduler name a rendered Workflow may ask for."""
+def scheduler_config(layout: Layout, served_elsewhere: set[str] = frozenset()) -> str:
+    """One kube-scheduler serving every scheduler name a rendered Workflow may ask for, but
+    those a real scheduler of the cluster serves (testbed/cluster/schedulers.py)."""
     config = {
         "apiVersion": "kubescheduler.config.k8s.io/v1",
         "kind": "KubeSchedulerConfiguration",
         "clientConnection": {"kubeconfig": str(layout.kubeconfig)},
         "leaderElection": {"leaderElect": False},
-        "profiles": [{"schedulerName": name} for name in SCHEDULER_NAMES],
+        "profiles": [{"schedulerName": name} for name in SCHEDULER_NAMES if name not in served_elsewhere],
     }
     return yaml.safe_dump(config, sort_keys=False)
 

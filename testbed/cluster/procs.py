@@ -75,8 +75,10 @@ def _zombie(pid: int) -> bool:
         return True
 
 
-def start(layout: Layout, component: str, argv: list[str], env: dict[str, str] | None = None) -> int:
-    """Start one component in the background, its output appended to logs/<component>.log."""
+def start(layout: Layout, component: str, argv: list[str], env: dict[str, str] | None = None,
+          preexec_fn=None) -> int:
+    """Start one component in the background, its output appended to logs/<component>.log
+    (`preexec_fn`: run in the child before the exec, e.g. to enter a mount namespace)."""
     layout.logs.mkdir(parents=True, exist_ok=True)
     with open(layout.log(component), "ab") as log:
         log.write(f"--- {time.strftime('%Y-%m-%dT%H:%M:%S')} {' '.join(argv)}\n".encode())
@@ -89,6 +91,7 @@ def start(layout: Layout, component: str, argv: list[str], env: dict[str, str] |
             cwd=layout.root,
             env={**os.environ, **(env or {})},
             start_new_session=True,
+            preexec_fn=preexec_fn,
         )
     layout.pid_file(component).write_text(f"{proc.pid}\n")
     return proc.pid

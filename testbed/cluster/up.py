@@ -24,7 +24,7 @@ from kubernetes.client.exceptions import ApiException
 from torchdag.errors import TorchdagError
 
 from ..kube import Kube
-from . import manifests, postgres, procs
+from . import manifests, postgres, procs, schedulers
 from .layout import (
     ARGO_CRDS,
     ARGO_EXECUTOR_RBAC,
@@ -201,11 +201,13 @@ class Cluster:
         # components' health ports are plain probes, not the Kubernetes API.
         return self.kube.ready() if component == "kube-apiserver" else self._health(self.health_url(component))
 
-    def wait(self, what: str, check, component: str | None = None, timeout: float = WAIT_S) -> None:
-        """Poll `check` until true; fail early when the component's process has died."""
+    def wait(self, what: str, check, component: str | None = None, timeout: float = WAIT_S,
+             exe: Path | None = None) -> None:
+        """Poll `check` until true; fail early when the component's process (`exe`, by default
+        the component's binary) has died."""
         deadline = time.monotonic() + timeout
         while not check():
-            if component and procs.running(self.layout, component, binary(component)) is None:
+            if component and procs.running(self.layout, component, exe or binary(component)) is None:
                 raise ClusterError(f"{component} exited; {self.layout.log(component)} ends:\n"
                                    + _tail(self.layout.log(component)))
             if time.monotonic() > deadline:
@@ -233,11 +235,33 @@ class Cluster:
         self.port = procs.ports(self.layout, PORTS)
         self.layout.kubeconfig.write_text(manifests.kubeconfig(self.layout, self.port["apiserver"]))
         self.layout.kubeconfig.chmod(0o600)
-        (self.layout.root / "scheduler.yaml").write_text(manifests.scheduler_config(self.layout))
+        self.write_scheduler_config()
+
+    def write_scheduler_config(self) -> None:
+        (self.layout.root / "scheduler.yaml").write_text(
+            manifests.scheduler_config(self.layout, schedulers.served_by_real(self.layout)))
+
+    def restart_scheduler(self) -> None:
+        """kube-scheduler again with its configuration rewritten (a real scheduler took a name)."""
+        self.write_scheduler_config()
+        procs.stop(self.layout, "kube-scheduler", binary("kube-scheduler"))
+        self.ensure("kube-scheduler")
+        self.wait("kube-scheduler health", lambda: self.healthy("kube-scheduler"), "kube-scheduler")
+
+    def apply_objects(self, objects: list[dict]) -> None:
+        """Server-side apply of these objects (one kubectl call; CRDs waited for until Established)."""
+        path = self.layout.root / "apply.yaml"
+        path.write_text(yaml.safe_dump_all(objects, sort_keys=False))
+        self.kubectl("apply", "--server-side", "--force-conflicts", "--field-manager=torchdag-cluster", "-f", str(path))
+        for crd in objects:
+            if crd["kind"] == "CustomResourceDefinition":
+                name = crd["metadata"]["name"]
+                self.wait(f"CRD {name} Established", lambda name=name: self._established(name))
 
     def everything_ready(self) -> bool:
         return procs.running(self.layout, "postgres", postgres.POSTGRES) is not None and all(
-            procs.running(self.layout, name, binary(name)) is not None and self.healthy(name) for name in COMPONENTS)
+            procs.running(self.layout, name, binary(name)) is not None and self.healthy(name)
+            for name in COMPONENTS) and schedulers.running(self.layout)
 
     def apply_argo_prerequisites(self) -> None:
         configmap = manifests.argo_configmap(postgres.persistence(self.port["postgres"]))
@@ -261,19 +285,27 @@ class Cluster:
     def _established(self, name: str) -> bool:
         crd = self.api(f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}") or {}
         return any(cond["type"] == "Established" and cond["status"] == "True"
-                   for cond in crd.get("status", {}).get("conditions", []))
+                   for cond in (crd.get("status") or {}).get("conditions") or [])  # null just after create
 
-    def up(self, say=print) -> None:
+    def up(self, say=print, gang_schedulers: tuple[str, ...] = ()) -> None:
+        """Everything not running started; `gang_schedulers` (kueue, coscheduling) added to the
+        real schedulers the cluster runs (those it ran already are started again too)."""
+        self.layout.root.mkdir(parents=True, exist_ok=True)
+        newly = [name for name in gang_schedulers if name not in schedulers.recorded(self.layout)]
+        if newly:  # before prepare() writes kube-scheduler's configuration, which leaves their names out
+            schedulers.record(self.layout, newly)
         self.prepare()
-        if self.everything_ready():
+        wanted = schedulers.recorded(self.layout)
+        if self.everything_ready() and not newly:
             say(f"cluster already up: {self.summary()}")
             return
         started = time.monotonic()
         for component in ("etcd", "kube-apiserver"):
             self.ensure(component)
             self.wait(f"{component} health", lambda c=component: self.healthy(c), component)
-        for component in ("kube-controller-manager", "kube-scheduler"):
-            self.ensure(component)
+        self.ensure("kube-controller-manager")
+        # A kube-scheduler that ran before a real scheduler was added still serves its name.
+        scheduler_restart = not self.ensure("kube-scheduler") and schedulers.COSCHEDULING in newly
         postgres.start(self.layout, self.port["postgres"])  # before the controller, which connects at start
         self.apply_argo_prerequisites()
         self.ensure("workflow-controller")
@@ -283,6 +315,8 @@ class Cluster:
             self.wait(f"ServiceAccount {namespace}/default",
                       lambda ns=namespace: self.api(f"/api/v1/namespaces/{ns}/serviceaccounts/default") is not None,
                       "kube-controller-manager")
+        if wanted:
+            schedulers.start(self, wanted, say, restart_scheduler=scheduler_restart)
         say(f"cluster up in {time.monotonic() - started:.0f}s: {self.summary()}")
 
     def summary(self) -> str:
@@ -309,6 +343,7 @@ class Cluster:
         # The kubelet first: it stops the pods' processes it started.
         if procs.stop(self.layout, "kubelet", Path(sys.executable), grace=30.0):
             stopped.append("kubelet")
+        stopped += schedulers.stop(self.layout)  # before the API server they talk to
         for name in reversed(COMPONENTS):
             how = procs.stop(self.layout, name, binary(name), grace=GRACE_S.get(name, 10.0))
             if how:

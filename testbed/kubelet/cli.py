@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 from ..kube import Kube
-from ..runtime import CHECKOUT, Options, parse_map
+from ..runtime import CHECKOUT, Options, parse_map, torchdag_image_maps
 from .kubelet import Kubelet, Recorder
 from .logs import LogServer
 from .sandbox import can_mount
@@ -35,6 +35,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "unless --no-checkout-map)")
     p.add_argument("--no-checkout-map", action="store_true",
                    help="do not map /opt/torchdag onto this checkout: a pod runs only what its Workflow and --map give")
+    p.add_argument("--torchdag-image", action="store_true",
+                   help="map what torchdag's training image holds (the Dockerfile's COPY lines: trainer/, the "
+                        "catalogue) onto this checkout, and nothing else of it; with --no-checkout-map, what a pod of "
+                        "that image runs on a real node")
     p.add_argument("--cpu", action="store_true",
                    help="as `make smoke --cpu`: GPU/NPU pods train on CPU (gloo, no set_env wrapper), said in the log")
     p.add_argument("--keep-addresses", action="store_true",
@@ -77,7 +81,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: no Nodes to serve ({args.nodes or args.selector!r})", file=sys.stderr)
         return 2
     state_dir = Path(args.state_dir) if args.state_dir else Path(args.kubeconfig).resolve().parent
-    options = Options(maps=list(args.maps), cpu=args.cpu, checkout_map=not args.no_checkout_map)
+    maps = list(args.maps) + (torchdag_image_maps() if args.torchdag_image else [])
+    options = Options(maps=maps, cpu=args.cpu, checkout_map=not args.no_checkout_map)
     if args.keep_addresses:
         options.address, options.nic = None, None
     argoexec = args.argoexec if Path(args.argoexec).exists() else None
@@ -105,6 +110,8 @@ def main(argv: list[str] | None = None) -> int:
             "GPU/NPU pods on CPU (gloo, TORCHDAG_DEVICE=cpu, no set_env wrapper)" if args.cpu
             else "GPU/NPU pods need the devices here",
             f"/opt/torchdag -> {CHECKOUT}" if not args.no_checkout_map else "/opt/torchdag not mapped",
+            *(["torchdag's image: " + ", ".join(f"{src} -> {dst}" for src, dst in torchdag_image_maps())]
+              if args.torchdag_image else []),
             f"Argo's wait sidecar: {args.wait}",
             f"argoexec: {argoexec or 'not built (argoexec pods fail to start)'}",
             "per-pod mounts (unshare --mount)" if can_mount() else "not root: no per-pod mounts"]))

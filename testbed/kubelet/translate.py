@@ -19,6 +19,7 @@ from typing import Callable
 from kubernetes.utils import parse_quantity
 
 from ..runtime import Options, device_of, kube_expand, localize
+from .sandbox import can_mount
 
 ARGOEXEC_PATHS = ("argoexec", "/var/run/argo/argoexec", "/usr/local/bin/argoexec", "/bin/argoexec")
 DEFAULT_TERMINATION_PATH = "/dev/termination-log"
@@ -210,7 +211,9 @@ def plan_container(pod: dict, container: dict, ctx: PodContext, *, init: bool = 
     if not command:
         raise PodError(f"container {container['name']}: no command: the image's entrypoint is not known here")
     argv, env_out, cwd, device = localize(command, args, env, container.get("workingDir"),
-                                          device_of(env_map, container), ctx.options, notes)
+                                          device_of(env_map, container), ctx.options, notes,
+                                          # the volumes hide the image there, where they can be mounted
+                                          tuple(m["mountPath"] for m in mounts) if can_mount() else ())
     return ContainerRun(container["name"], init, "process", argv, env_out, cwd, device, notes,
                         termination, policy, mounts, emissary=inner is not None)
 

@@ -222,8 +222,8 @@ def cluster_notes(plan: Plan) -> list[str]:
     if plan.agents:
         notes.append(f"ignored: task {plan.agents['task']} (creates the helpers' ConfigMap: "
                      "the checkout's trainer/agents/ serve here)")
-    if plan.node_retry and plan.dependencies is not None:
-        notes.append("ignored: template host-check (a retried elastic member's host must still take pods: "
+    if plan.host_check:
+        notes.append("ignored: template host-check (a retried node's pod must be scheduled in time: "
                      "every host is this machine)")
     gang = plan.gang or {"labels": [], "annotations": [], "role_annotation": None}
     for shape in plan.shapes:

@@ -18,10 +18,12 @@ from .mapping import (
     localize,
     parse_map,
     process_env,
+    torchdag_image_maps,
 )
 from .procs import MARKER_ENV, ProcessTree, process_table
 
 __all__ = [
     "CHECKOUT", "DEFAULT_MAPS", "DEVICE_FILES", "MARKER_ENV", "Options", "ProcessTree", "device_of", "kube_command",
     "kube_container_env", "kube_expand", "local_devices", "localize", "parse_map", "process_env", "process_table",
+    "torchdag_image_maps",
 ]

@@ -4,7 +4,10 @@ same processes.
 
 Every change is returned as a note and printed: node addresses -> 127.0.0.1, NICs -> lo,
 image paths -> this checkout (`--map SRC=DST`, then `/opt/torchdag=<checkout>`), the
-rendezvous port (`--port`) and, with `--cpu`, GPU/NPU nodes onto CPU.
+rendezvous port (`--port`) and, with `--cpu`, GPU/NPU nodes onto CPU. A path under one of the
+container's volume mounts is never mapped: the volume hides the image's files there, as in a
+real container. `torchdag_image_maps()` is what torchdag's own image holds (the Dockerfile's
+COPY lines), for a kubelet that maps that image and nothing else of the checkout.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from typing import Callable
 
 CHECKOUT = Path(__file__).resolve().parent.parent.parent
 DEFAULT_MAPS = [("/opt/torchdag", str(CHECKOUT))]
+DOCKERFILE = CHECKOUT / "Dockerfile"
 
 NIC_ENV = ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME", "HCCL_SOCKET_IFNAME", "TP_SOCKET_IFNAME")
 ADDRESS_FLAGS = ("--master_addr", "--master-addr")
@@ -54,15 +58,38 @@ def process_env(base: dict[str, str], bin_dir: str, env: list[tuple[str, str]]) 
     return out
 
 
+def torchdag_image_maps(dockerfile: Path = DOCKERFILE) -> list[tuple[str, str]]:
+    """(path in torchdag's training image, the checkout's file or folder it was copied from):
+    the Dockerfile's `COPY SRC DST` lines, the folders first, so an image path maps only where
+    the image really has it."""
+    maps = []
+    for line in dockerfile.read_text(encoding="utf-8").splitlines():
+        words = line.split()
+        if len(words) == 3 and words[0] == "COPY" and not words[1].startswith("--"):
+            source, target = words[1], words[2]
+            if source.endswith("/") or (CHECKOUT / source).is_dir():
+                maps.append((target.rstrip("/"), str(CHECKOUT / source.rstrip("/"))))
+            else:
+                maps.append((target.rstrip("/") + ("/" + Path(source).name if target.endswith("/") else ""),
+                             str(CHECKOUT / source)))
+    return sorted(maps, key=lambda pair: -len(pair[0]))
+
+
 def holds_files(path: str) -> bool:
     """A file, or a folder with a file somewhere below: empty folders are mount points the
     process kubelet left (/opt/torchdag/trainer/agents, for a Workflow's helpers), not the image's."""
     return os.path.isfile(path) or os.path.isdir(path) and any(files for _, _, files in os.walk(path))
 
 
-def map_path(word: str, maps: list[tuple[str, str]]) -> str:
-    """An absolute path that does not exist here, through the first prefix map that fits."""
-    if not word.startswith("/") or holds_files(word):
+def under(path: str, folders: tuple[str, ...]) -> bool:
+    """Whether a path is one of the folders or below one."""
+    return any(path == folder.rstrip("/") or path.startswith(folder.rstrip("/") + "/") for folder in folders)
+
+
+def map_path(word: str, maps: list[tuple[str, str]], mounted: tuple[str, ...] = ()) -> str:
+    """An absolute path that does not exist here, through the first prefix map that fits;
+    never one under a volume mount of the container (the volume, not the image, has it)."""
+    if not word.startswith("/") or holds_files(word) or under(word, mounted):
         return word
     for src, dst in maps:
         src = src.rstrip("/")
@@ -71,12 +98,12 @@ def map_path(word: str, maps: list[tuple[str, str]]) -> str:
     return word
 
 
-def map_word(word: str, maps: list[tuple[str, str]]) -> str:
+def map_word(word: str, maps: list[tuple[str, str]], mounted: tuple[str, ...] = ()) -> str:
     """A path word, or the value of `--flag=/path`."""
     if word.startswith("-") and "=" in word:
         flag, _, value = word.partition("=")
-        return f"{flag}={map_path(value, maps)}"
-    return map_path(word, maps)
+        return f"{flag}={map_path(value, maps, mounted)}"
+    return map_path(word, maps, mounted)
 
 
 def replace_flag(words: list[str], flags: tuple[str, ...], new: Callable[[str], str | None]) -> list[tuple[str, str]]:
@@ -187,11 +214,13 @@ def onto_this_host(launcher: list[str], env_map: dict[str, str], notes: list[str
 
 
 def localize(command: list[str], args: list[str], env_list: list[tuple[str, str]], working_dir: str | None,
-             device: str, options: Options, notes: list[str]) -> tuple[list[str], list[tuple[str, str]], str, str]:
+             device: str, options: Options, notes: list[str],
+             mounted: tuple[str, ...] = ()) -> tuple[list[str], list[tuple[str, str]], str, str]:
     """One container's command, args and env, already through Kubernetes' `$(VAR)`
     expansion, made to run on this machine: `--cpu`'s stand-ins for a `device` (cpu, cuda,
     npu) node, addresses, NICs and port (onto_this_host), image paths and the working
-    directory. Returns (argv, env, cwd, device); notes grow."""
+    directory; `mounted`: the container's volume mount paths, whose files no map replaces.
+    Returns (argv, env, cwd, device); notes grow."""
     env_map = dict(env_list)
     if device != "cpu" and options.cpu:
         command = onto_cpu(list(command), env_map, device, notes)
@@ -199,7 +228,7 @@ def localize(command: list[str], args: list[str], env_list: list[tuple[str, str]
     launcher = list(command) + list(args)
     onto_this_host(launcher, env_map, notes, address=options.address, nic=options.nic, port=options.port)
     maps = list(options.maps) + (DEFAULT_MAPS if options.checkout_map else [])
-    mapped = [map_word(word, maps) for word in launcher]
+    mapped = [map_word(word, maps, mounted) for word in launcher]
     for old, new in zip(launcher, mapped):
         if old != new:
             notes.append(f"path {old} -> {new}")

@@ -212,6 +212,63 @@ def test_a_stopped_gang_has_its_podgroup_deleted(api, tmp_path):
     assert_clean(r)
 
 
+KUEUE_WORKLOAD = f"kueue.x-k8s.io/v1beta2/workloads/{WF}"
+KUEUE_WORKLOAD_PATH = f"/apis/kueue.x-k8s.io/v1beta2/namespaces/{NS}/workloads/{WF}"
+GATED = {"reason": "SchedulingGated", "message": "Scheduling is blocked due to non-empty scheduling gates"}
+QUOTA = ("couldn't assign flavors to pod set ascend910-x8: insufficient quota for huawei.com/Ascend910 in flavor "
+         "default-flavor, previously considered podsets requests (0) + current podset request (24) > maximum "
+         "capacity (16)")
+
+
+def gated(rank: int) -> dict:
+    """A pod Kueue has not admitted (Kueue v0.17.0 on the local cluster: both gates, Kubernetes' condition)."""
+    made = pod(rank, "pending")
+    made["spec"]["schedulingGates"] = [{"name": "kueue.x-k8s.io/admission"}, {"name": "kueue.x-k8s.io/topology"}]
+    made["status"]["conditions"] = [{"type": "PodScheduled", "status": "False", **GATED}]
+    return made
+
+
+def test_a_kueue_gang_names_its_workloads_reason_and_deletes_the_workload(api, tmp_path):
+    """The pods only say SchedulingGated; Kueue's reason is its Workload's. Deleting the
+    Workload is what lets Kueue drop its finalizer from the pods Argo deletes."""
+    api.pods = [pod_list(gated(0), gated(1))]
+    api.objects[KUEUE_WORKLOAD_PATH] = (200, {"kind": "Workload", "status": {"conditions": [
+        {"type": "QuotaReserved", "status": "False", "reason": "Pending", "message": QUOTA}]}})
+    r = run_watch(api.url, tmp_path, f"--podgroup={KUEUE_WORKLOAD}", pods=2, timeout=0.5)
+    assert r.returncode == 1, r.stdout + r.stderr
+    reason = (f"gang not placed within 0.5 s: 0/2 pods scheduled; workloads {WF}: {QUOTA}; "
+              f"node-rank 0 (pod {WF}-node-0-1000): SchedulingGated: {GATED['message']}")
+    assert (tmp_path / "termination-log").read_text().startswith(reason)
+    assert f"[gang-watch] stopped workflow {WF}: gang not placed within 0.5 s; workloads {WF} deleted" in r.stdout
+    assert len(api.calls("DELETE", KUEUE_WORKLOAD_PATH)) == 1
+    # a Workload that cannot be read leaves the pods' reasons alone
+    api.requests.clear()
+    api.objects[KUEUE_WORKLOAD_PATH] = status(403, "workloads.kueue.x-k8s.io is forbidden")
+    r = run_watch(api.url, tmp_path, f"--podgroup={KUEUE_WORKLOAD}", pods=2, timeout=0.5)
+    assert r.returncode == 1 and f"0/2 pods scheduled; node-rank 0 (pod {WF}-node-0-1000): SchedulingGated" in r.stdout
+    assert_clean(r)
+
+
+def test_the_ranks_that_do_not_fit_are_named_before_those_held_for_their_gang(api, tmp_path):
+    """scheduler-plugins' Coscheduling rejects the whole group in PostFilter: the ranks that would
+    fit say only that; the rank that does not fit says why (seen on the local cluster). diagnose
+    names the first rank of the verdict, so the cause comes first, with its host."""
+    held = "0/1 nodes are available: 1 optimistic rejection in PostFilter."
+    short = pod(2, "unschedulable", message="0/18 nodes are available: 1 Insufficient huawei.com/Ascend910, 17 "
+                                            "node(s) didn't match Pod's node affinity/selector.")
+    short["spec"]["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [{"matchExpressions": [
+            {"key": "kubernetes.io/hostname", "operator": "In", "values": ["atlas-03"]}]}]}}}
+    api.pods = [pod_list(pod(0, "unschedulable", message=held), pod(1, "unschedulable", message=held), short)]
+    r = run_watch(api.url, tmp_path, timeout=0.5)
+    assert r.returncode == 1, r.stdout + r.stderr
+    verdict = (tmp_path / "termination-log").read_text()
+    assert verdict.startswith(f"gang not placed within 0.5 s: 0/3 pods scheduled; node-rank 2 on host atlas-03 (pod "
+                              f"{WF}-node-2-1002): Unschedulable: 0/18 nodes are available: 1 Insufficient "), verdict
+    assert verdict.index("node-rank 2") < verdict.index("node-rank 0") < verdict.index("node-rank 1")
+    assert_clean(r)
+
+
 def test_usage_errors_and_help(tmp_path):
     helped = subprocess.run([sys.executable, str(GANGWATCH), "--help"], capture_output=True, text=True, timeout=60)
     assert helped.returncode == 0

@@ -120,9 +120,11 @@ def test_drift_check_notices_an_edit(tmp_path, monkeypatch):
     shutil.copytree(CHART, copy)
     schema = tmp_path / "values.schema.json"
     shutil.copyfile(REPO / "schema" / "values.schema.json", schema)
+    shutil.copytree(REPO / "docs" / "rbac", tmp_path / "docs" / "rbac")
     monkeypatch.setattr(sync_chart, "CHART", copy)
     monkeypatch.setattr(sync_chart, "SCHEMA", schema)
-    assert set(sync_chart.outputs()) <= {schema, *copy.rglob("*")}
+    monkeypatch.setattr(sync_chart, "DOCS_ROOT", tmp_path)
+    assert set(sync_chart.outputs()) <= {schema, *copy.rglob("*"), *(tmp_path / "docs" / "rbac").glob("*")}
     assert sync_chart.main(["--check"]) == 0
     values = copy / "values.yaml"
     values.write_text(values.read_text(encoding="utf-8").replace("port: 29500", "port: 29501"), encoding="utf-8")
@@ -219,7 +221,8 @@ master: n0 (rank 0) at 10.0.0.1:29500
 gang scheduling: none; whole-job restarts: 0
 HCCL_EXEC_TIMEOUT: 544 s (timeouts.processGroup 600 s, as CANN reads it: a multiple of 68, at most 17340)
 script: start the process group with TORCHDAG_BACKEND=hccl: torchdag_ddp.setup() (docs/byo.md)
-helpers: from the Workflow (a ConfigMap of 3 files) at /opt/torchdag/trainer/agents
+helpers: from the Workflow (a ConfigMap of 6 files) at /opt/torchdag/trainer/agents
+rbac: kubectl apply -n <namespace> -f docs/rbac/job.yaml,docs/rbac/helpers.yaml
 rank  node  address    nic   accelerator  devices  template
    0  n0    10.0.0.1   eth0  ascend910    8        ascend910-x8
    1  n1    10.0.0.2   eth1  ascend910    8        ascend910-x8

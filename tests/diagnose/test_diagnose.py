@@ -106,6 +106,10 @@ def test_waiting_ranks_without_a_silent_one_are_not_a_hang():
      "shm-bus-error"),
     ("log", "/bin/sh: 1: torchrun: command not found", "command-not-found"),
     ("log", "torch.distributed.elastic.multiprocessing.api.SignalException: Process 41 got signal: 15", "stopped"),
+    ("log", 'Error from server (Forbidden): configmaps "job-agents" is forbidden: User "system:serviceaccount:ml:'
+            'default" cannot get resource "configmaps" in API group "" in the namespace "ml"', "forbidden"),
+    ("state", 'terminated Error: configmaps "job-agents" is forbidden: User "system:serviceaccount:ml:default" '
+              'cannot get resource "configmaps" in API group "" in the namespace "ml"', "forbidden"),
     ("state", "terminated OOMKilled", "oom-killed"),
     ("state", "waiting ImagePullBackOff: Back-off pulling image \"registry.example.com/t:0.1\"", "image-pull"),
     ("state", "waiting InvalidImageName: couldn't parse image reference \"Bad Name\"", "image-pull"),
@@ -129,6 +133,35 @@ def test_each_known_signature_is_recognised(source, text, expected):
     sig, found = signatures.match(text, source)
     cause, fix = sig.describe(found)
     assert sig.id == expected and cause and fix and not re.search(r"\{\d+\}", cause)
+
+
+def test_a_refused_call_names_the_verb_the_resource_and_the_role_file_that_grants_them():
+    """No Role applied: the `agents` task's apply of the helpers' ConfigMap is refused at once.
+    diagnose names the refused call, every verb the job needs on that resource, and the docs'
+    Role file to apply (catalogue `rbac`); the scheduling watch's own warning (it steps aside
+    without the bound) is no failure."""
+    message = ('no more retries Error from server (Forbidden): error when retrieving current configuration of: '
+               'configmaps "job-agents" is forbidden: User "system:serviceaccount:ml:default" cannot get resource '
+               '"configmaps" in API group "" in the namespace "ml"')
+    agents = {"metadata": {"name": "job-agents-1", "creationTimestamp": "2026-12-04T17:20:00Z",
+                           "annotations": {core.NODE_NAME_ANNOTATION: "job.agents"}},
+              "spec": {"nodeName": "node-a"},
+              "status": {"phase": "Failed", "containerStatuses": [{"name": "main", "state": {"terminated": {
+                  "exitCode": 1, "reason": "Error", "message": message, "finishedAt": "2026-12-04T17:20:03Z"}}}]}}
+    watch = {"metadata": {"name": "job-watch", "labels": {"torchdag.io/role": "schedule-watch"},
+                          "creationTimestamp": "2026-12-04T17:20:00Z"}, "spec": {}, "status": {"phase": "Succeeded"}}
+    workflow = {"metadata": {"name": "job", "namespace": "ml"}, "status": {"phase": "Failed"}}
+    warning = ('[gang-watch] warning: not watching scheduling (RBAC: not allowed to list pods in namespace ml (pods '
+               'is forbidden: User "system:serviceaccount:ml:default" cannot list resource "pods" in API group "" in '
+               'the namespace "ml"); ...)')
+    views = core.build_views(workflow, [agents, watch], [], {"job-agents-1": message, "job-watch": warning})
+    result = core.diagnose(workflow, views)
+    assert (result.status, result.first.signature, result.first.pod.name) == (1, "forbidden", "job-agents-1")
+    assert result.first.cause.startswith("the API refused the ServiceAccount the job's pods run as: it may not get "
+                                         "configmaps (RBAC); get, create and patch on configmaps are needed for "
+                                         "agents.fromWorkflow")
+    assert result.first.fix.startswith("kubectl apply -n ml -f docs/rbac/helpers.yaml (the Role torchdag-helpers")
+    assert not [f for f in result.others if f.signature == "forbidden"], "the watch's warning is no failure"
 
 
 def test_exit_codes_say_what_they_mean():
@@ -260,3 +293,37 @@ def test_without_the_kubernetes_client_one_line_says_what_to_install():
 def test_docs_list_every_signature():
     text = (REPO / "docs" / "failures.md").read_text()
     assert [s.id for s in signatures.load() if f"| `{s.id}` |" not in text] == []
+
+
+def test_a_gangs_pods_on_a_cluster_of_many_nodes_name_the_short_host_not_the_others():
+    """Seen under scheduler-plugins' Coscheduling on the local cluster (18 Nodes): the pod whose
+    host is short also lists every other Node as failing its host pin, and is insufficient-npu,
+    not no-such-host; the gang's other pods, held back for it, are effects."""
+    short = ("FailedScheduling: 0/18 nodes are available: 1 Insufficient huawei.com/Ascend310P, 17 node(s) didn't "
+             "match Pod's node affinity/selector. preemption: 0/18 nodes are available: 1 No preemption victims "
+             "found for incoming pod, 17 Preemption is not helpful for scheduling.")
+    assert signatures.match(short, "event")[0].id == "insufficient-npu"
+    absent = "FailedScheduling: 0/18 nodes are available: 18 node(s) didn't match Pod's node affinity/selector."
+    assert signatures.match(absent, "event")[0].id == "no-such-host"
+    held = signatures.match("FailedScheduling: 0/1 nodes are available: 1 optimistic rejection in PostFilter.",
+                            "event")[0]
+    assert (held.id, held.effect) == ("gang-held", True)
+    assert signatures.match("FailedScheduling: 0/1 nodes are available: 1 rejection in Unreserve.", "event")[0].id \
+        == "gang-held"
+
+
+def test_a_gang_watchs_verdict_is_read_from_its_termination_message_when_its_log_is_out_of_reach():
+    """Seen on the loaded local cluster: the watch's log could not be fetched (its kubelet's API
+    too slow), while its pod's status held the verdict the watch writes as termination message."""
+    workflow = {"metadata": {"name": "job"}, "status": {"phase": "Failed"}}
+    verdict = ("gang not placed within 30 s: 0/3 pods scheduled; workloads job: couldn't assign flavors to pod set "
+               "ascend310p-x4: insufficient quota for huawei.com/Ascend310P in flavor default-flavor; node-rank 0 on "
+               "host host-a (pod job-ascend310p-x4-1): SchedulingGated: Scheduling is blocked due to non-empty "
+               "scheduling gates")
+    watch = {"metadata": {"name": "job-gang-watch-9", "labels": {"torchdag.io/role": "gang-watch"}},
+             "spec": {"nodeName": "node-a"},
+             "status": {"phase": "Failed", "containerStatuses": [{"name": "main", "state": {"terminated": {
+                 "exitCode": 1, "reason": "Error", "message": verdict, "finishedAt": "2026-12-06T09:20:00Z"}}}]}}
+    result = core.diagnose(workflow, core.build_views(workflow, [watch], [], {}))
+    assert (result.first.signature, result.first.pod.rank, result.first.pod.host) == ("gang-not-placed", 0, "host-a")
+    assert result.first.evidence == [verdict]

@@ -20,9 +20,12 @@ import yaml
 from e2e_helpers import MAX_WORKFLOW_SIZE, nodes_of, padded, rank_of
 
 from helpers import REPO, free_port
+from testbed.runtime import torchdag_image_maps
 
 pytestmark = [pytest.mark.go, pytest.mark.torch, pytest.mark.e2e]
-FAULTS = "/opt/torchdag/tests/diagnose_faults.py"  # the kubelet maps /opt/torchdag to this checkout
+# The faults' image: torchdag's, with tests/diagnose_faults.py copied in beside trainer/ (it imports it)
+FAULTS = "/opt/torchdag/tests/diagnose_faults.py"
+FAULTS_IMAGE = [*torchdag_image_maps(), (FAULTS, str(REPO / "tests" / "diagnose_faults.py"))]
 SCHEDULE_TIMEOUT = 60
 WATCH_POLL = 5  # the watch's default --poll
 # The unscheduled job's Workflow is padded to leave this many bytes under Argo's
@@ -84,7 +87,7 @@ def test_diagnose_status_and_logs_name_the_failed_rank_its_cause_and_fix(job):
     hosts_file = job.dir / "hosts.yaml"
     hosts_file.write_text(yaml.safe_dump(registered, sort_keys=False))
     job.used = 2
-    job.start(hosts_file, "--cpu")
+    job.start(hosts_file, "--cpu", image_maps=FAULTS_IMAGE)
     taken_port = free_port()
     holder = socket.socket()
     # bound, not listening: the master's bind fails (EADDRINUSE) and rank 1's connects are refused until its

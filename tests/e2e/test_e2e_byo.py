@@ -10,12 +10,11 @@ torchrun's root cause in the pod log."""
 
 from __future__ import annotations
 
-import re
-import shlex
 from pathlib import Path
 
 import pytest
 import yaml
+from e2e_helpers import started_processes
 
 pytestmark = [pytest.mark.go, pytest.mark.torch, pytest.mark.e2e]
 AGENTS = "/opt/torchdag/trainer/agents"
@@ -48,15 +47,8 @@ def byo_job(job, tmp_path: Path, env: str = "", script: str = USER_SCRIPT) -> st
     body = yaml.safe_load(values.read_text())
     body.update(image=USER_IMAGE, script="/workspace/train.py")
     values.write_text(yaml.safe_dump(body, sort_keys=False))
-    job.start(values, "--no-checkout-map", "--map", f"/workspace={workspace}")
+    job.start(values, image_maps=[("/workspace", str(workspace))])
     return job.submit(job.render(values))
-
-
-def started_processes(kubelet_log: str) -> list[tuple[str, list[str]]]:
-    """(pod, argv) of each process the kubelet started (its `pid N (process, ...): ARGV > LOG` lines)."""
-    line = r"^\[kubelet [\d:]+\] (\S+)/(\S+) \S+: pid \d+ \(process, device \w+\): (.*) > \S+$"
-    found = re.findall(line, kubelet_log, re.M)
-    return [(pod, shlex.split(argv)) for _, pod, argv in found]
 
 
 def test_own_image_with_gang_pod_network_nic_auto_and_preflight_succeeds(job, tmp_path):

@@ -3,13 +3,15 @@ nodes with real torchrun processes, failurePolicy.maxRestarts 2 (recovery node, 
 checkpoints every 200 steps. A node's pod is deleted after the first checkpoint: only that
 node is retried, the others keep their pods, every rank resumes from a checkpoint and the
 Workflow ends Succeeded at its step count. With elastic.minNodes 2 a node whose host is gone
-is left behind and the other two finish alone."""
+is left behind and the other two finish alone, in a gang whose minimum is those two; without
+elastic members a host gone for good stops the job, naming the host (issue 37)."""
 
 from __future__ import annotations
 
 import json
 import re
 import time
+from datetime import datetime
 
 import pytest
 from e2e_helpers import rank_of
@@ -88,9 +90,63 @@ def test_the_masters_pod_deleted_still_ends_succeeded_at_its_step_count(job):
     assert _finished(job, name)["world_size"] == 3
 
 
-def test_two_of_three_go_on_when_a_hosts_node_is_gone(job):
-    name = _start(job, 23, "elastic: {minNodes: 2, rejoinSeconds: 10}\n")
+def _lost_member(wf: dict, rank: int) -> tuple[dict, list[dict]]:
+    """The retry node of a node task and its host checks (Argo's status nodes)."""
+    nodes = wf["status"]["nodes"]
+    retry = next(n for n in nodes.values() if n["type"] == "Retry" and n["displayName"] == f"node-{rank}")
+    checks = [n for n in nodes.values() if n["displayName"] == "host-check" and n["type"] == "Pod"
+              and n["name"].startswith(retry["name"] + "(")]
+    return retry, checks
+
+
+def _finished_at(node: dict) -> float:
+    return datetime.fromisoformat(node["finishedAt"].replace("Z", "+00:00")).timestamp()
+
+
+def test_two_of_three_in_a_gang_go_on_when_a_hosts_node_is_gone(job):
+    """gang × elastic, node recovery × a vanished host: the gang's minimum is the two machines
+    the job may run with, the lost member's retries each end within elastic.rejoinSeconds, their
+    host check naming the host, and the job ends Succeeded without it (issue 37)."""
+    rejoin, restarts = 10, 2
+    name = _start(job, 23, f"elastic: {{minNodes: 2, rejoinSeconds: {rejoin}}}\nscheduling: {{gang: volcano}}\n")
+    group = job.cluster.get("podgroups.scheduling.volcano.sh", name, "-n", job.namespace)
+    assert group["spec"]["minMember"] == 2, group["spec"]
     lost = _running(job, name)[2]
-    job.cluster.kubectl("delete", "node", lost["spec"]["nodeName"], "--wait=false")
+    host = lost["spec"]["nodeName"]
+    job.cluster.kubectl("delete", "node", host, "--wait=false")
+    gone = time.time()
     _delete(job, lost)
     assert _finished(job, name)["world_size"] == 2
+    retry, checks = _lost_member(job.workflow(name), 2)
+    assert retry["phase"] == "Failed" and len(retry["children"]) == restarts + 1, retry  # no attempt after the last
+    assert len(checks) == restarts and all(f"node-rank 2 on host {host}" in c["message"] for c in checks), checks
+    # each retry: its backoff (1 s, then 2 s), rejoinSeconds, the watch's 5-s polls: ~35 s; a third of a
+    # minute's margin per attempt for a loaded machine. Before, a retried pod sat Pending for ten minutes.
+    bound = sum(2 ** k + rejoin + 5 + 20 for k in range(restarts))
+    assert _finished_at(retry) - gone < bound, f"the lost member ended {_finished_at(retry) - gone:.0f} s after"
+    print(f"elastic member on a vanished host: its task ended {_finished_at(retry) - gone:.0f} s after the loss "
+          f"(bound {bound} s); host checks: {[c['message'] for c in checks]}")
+
+
+def test_a_required_members_gone_host_stops_the_job_naming_it(job):
+    """node recovery × a vanished host, no elastic members: the retried pod is not scheduled
+    within scheduling.timeout, and its host check stops the job, naming the host (issue 37)."""
+    timeout = 15
+    name = _start(job, 24, f"scheduling: {{timeout: {timeout}}}\n")
+    lost = _running(job, name)[2]
+    host = lost["spec"]["nodeName"]
+    job.cluster.kubectl("delete", "node", host, "--wait=false")
+    gone = time.time()
+    _delete(job, lost)
+    wf = job.wait_finished(name, timeout=240)
+    assert wf["status"]["phase"] == "Failed", job.explain(name)
+    # The verdict is the host check's log and termination message (its node's message, unless the
+    # controller acted on the stop before it saw that pod end: then Argo's "workflow shutdown", docs/gang.md)
+    (check,) = [p for p in job.pods(name) if p["metadata"]["labels"].get("torchdag.io/role") == "host-check"]
+    verdict = f"not scheduled within {timeout} s: node-rank 2 on host {host}"
+    assert verdict in job.log(check), job.log(check)
+    assert f"stopped workflow {name}: not scheduled within {timeout} s" in job.log(check)
+    ended = datetime.fromisoformat(wf["status"]["finishedAt"].replace("Z", "+00:00")).timestamp()
+    assert ended - gone < 1 + timeout + 5 + 40, f"the job ended {ended - gone:.0f} s after the host was gone"
+    print(f"required member on a vanished host: the job ended {ended - gone:.0f} s after the loss: "
+          f"{wf['status'].get('message')}; host check: {verdict} ...")

@@ -91,7 +91,8 @@ def test_the_users_path_cluster_nodes_then_cluster_kubelet_then_kubectl_create(j
              {"address": "198.18.11.2", "nic": "eth11", "devices": 1}]
     values = job.values(nodes, ["--type", "example", "--max-steps", "20", "--log-every", "10"])
     assert job.cluster.command("nodes", str(values)).returncode == 0
-    started = job.cluster.command("kubelet", "--cpu")
+    job.grant(values)
+    started = job.cluster.command("kubelet", "--cpu", "--no-checkout-map", "--torchdag-image")
     assert started.returncode == 0 and "process kubelet started" in started.stdout, started.stdout + started.stderr
     try:
         again = job.cluster.command("kubelet", "--cpu")

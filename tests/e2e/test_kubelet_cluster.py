@@ -50,7 +50,9 @@ def setup(request, kube, tmp_path):
         "metadata": {"name": "exec"}, "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
                                                   "name": "exec"},
         "subjects": [{"kind": "ServiceAccount", "name": "default", "namespace": namespace}]})
-    kubelet = KubeletProcess(kubeconfig_for(request), nodes, tmp_path / "state", "--argoexec", str(ARGOEXEC))
+    # hand-written pods and Workflows that run nothing of torchdag: the checkout is not mapped
+    kubelet = KubeletProcess(kubeconfig_for(request), nodes, tmp_path / "state", "--argoexec", str(ARGOEXEC),
+                             "--no-checkout-map")
     yield kube, nodes, namespace, kubelet
     kubelet.stop()
     try:
@@ -194,7 +196,8 @@ def test_selector_serves_nodes_registered_later(kube, request, tmp_path, bound_f
     or one the scheduler bound before the kubelet served the Node (the pod watch passed it
     by as not ours; the kubelet lists such pods once per round of newly served Nodes)."""
     label = unique("sel")
-    kubelet = KubeletProcess(kubeconfig_for(request), f"torchdag.io/test-group={label}", tmp_path / "state")
+    kubelet = KubeletProcess(kubeconfig_for(request), f"torchdag.io/test-group={label}", tmp_path / "state",
+                             "--no-checkout-map")
     node = unique("kl-late")
     namespace = "default"
     selected = {"torchdag.io/test-group": label}

@@ -11,19 +11,16 @@ from __future__ import annotations
 
 import pytest
 import yaml
+from e2e_helpers import post_roles
 from kubelet_cluster_helpers import KubeletProcess, delete_nodes, dump, kubeconfig_for, register_nodes, unique, wait_for
 
 from helpers import REPO, free_port
 from testbed.kube import Kube
 from torchdag import pipeline
+from torchdag.rbac import role_files
 
 pytestmark = [pytest.mark.go, pytest.mark.torch, pytest.mark.e2e]  # the control plane and Argo from Go; real torchrun
 ARGOEXEC = REPO / ".tools" / "bin" / "argoexec"
-# What Argo's executor does, and what the `service` task needs (the chart's rbac.create grants the same).
-RULES = [{"apiGroups": [""], "resources": ["pods", "configmaps"], "verbs": ["get", "list", "create", "patch"]},
-         {"apiGroups": [""], "resources": ["services"], "verbs": ["get", "create", "patch"]},
-         {"apiGroups": ["argoproj.io"], "resources": ["workflowtaskresults"], "verbs": ["create", "patch"]},
-         {"apiGroups": ["argoproj.io"], "resources": ["workflows"], "verbs": ["get", "patch"]}]
 
 
 @pytest.fixture(scope="module")
@@ -46,14 +43,10 @@ def baseline(request, kube, tmp_path):
         "pod-security.kubernetes.io/enforce": "baseline", "pod-security.kubernetes.io/enforce-version": "latest"}}})
     wait_for("the default ServiceAccount", lambda: kube.get_or_none(
         f"/api/v1/namespaces/{namespace}/serviceaccounts/default"))
-    kube.request("POST", f"/apis/rbac.authorization.k8s.io/v1/namespaces/{namespace}/roles",
-                 body={"metadata": {"name": "exec"}, "rules": RULES})
-    kube.request("POST", f"/apis/rbac.authorization.k8s.io/v1/namespaces/{namespace}/rolebindings", body={
-        "metadata": {"name": "exec"}, "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
-                                                  "name": "exec"},
-        "subjects": [{"kind": "ServiceAccount", "name": "default", "namespace": namespace}]})
-    # --cpu: an Ascend pod trains on CPU here (make smoke's stand-in), each change in the kubelet's log
-    kubelet = KubeletProcess(kubeconfig_for(request), nodes, tmp_path / "state", "--argoexec", str(ARGOEXEC), "--cpu")
+    # --cpu: an Ascend pod trains on CPU here (make smoke's stand-in), each change in the kubelet's log; the
+    # pods run torchdag's image, which the kubelet maps (its Dockerfile's files), and nothing else of the checkout
+    kubelet = KubeletProcess(kubeconfig_for(request), nodes, tmp_path / "state", "--argoexec", str(ARGOEXEC), "--cpu",
+                             "--no-checkout-map", "--torchdag-image")
     yield nodes, namespace, kubelet
     kubelet.stop()
     try:
@@ -69,7 +62,9 @@ def submit(kube: Kube, tmp_path, namespace: str, values: dict) -> str:
     values = {"port": free_port(), **values}
     path = tmp_path / f"{values['name']}.yaml"
     path.write_text(yaml.safe_dump(values))
-    doc = next(d for d in yaml.safe_load_all(pipeline.run(path).text) if d and d.get("kind") == "Workflow")
+    rendered = pipeline.run(path)
+    post_roles(kube, namespace, role_files(rendered.plan))  # what the docs tell the user to apply for it
+    doc = next(d for d in yaml.safe_load_all(rendered.text) if d and d.get("kind") == "Workflow")
     created = kube.request("POST", f"/apis/argoproj.io/v1alpha1/namespaces/{namespace}/workflows", body=doc)
     return created["metadata"]["name"]
 

@@ -66,8 +66,12 @@ def test_every_training_pod_joins_the_one_gang_of_n(kind):
     # Workflow, naming the unplaced pods, if the gang is not placed within scheduling.timeout.
     watch = templates["gang-watch"]
     assert {"name": "gang-watch", "template": "gang-watch", "depends": "agents"} in tasks  # its gangwatch.py
+    # The gang's object, which the watch names the scheduler's reason from and deletes when it
+    # stops the job: the PodGroup, or Kueue's Workload (named after the pod group): without its
+    # deletion Kueue's finalizer keeps the pods Argo deletes Terminating (Kueue v0.17.0, e2e).
     podgroup = {"volcano": ["--podgroup=scheduling.volcano.sh/v1beta1/podgroups/{{workflow.name}}"],
-                "coscheduling": ["--podgroup=scheduling.x-k8s.io/v1alpha1/podgroups/{{workflow.name}}"]}
+                "coscheduling": ["--podgroup=scheduling.x-k8s.io/v1alpha1/podgroups/{{workflow.name}}"],
+                "kueue": ["--podgroup=kueue.x-k8s.io/v1beta2/workloads/{{workflow.name}}"]}
     assert watch["container"]["command"] == ["python3", "/opt/torchdag/trainer/agents/gangwatch.py",
                                              "--workflow={{workflow.name}}",
                                              "--namespace={{workflow.namespace}}", f"--pods={n}", "--timeout=900",
@@ -99,8 +103,12 @@ def test_gang_none_is_the_default_and_adds_nothing(tmp_path):
     explicit = tmp_path / "cpu.yaml"
     explicit.write_text(plain.read_text() + "scheduling: {gang: none}\n")
     assert pipeline.run(explicit).text == pipeline.run(plain).text
-    text = pipeline.run(plain).text
-    assert "schedulerName" not in text and "PodGroup" not in text and "gang-watch" not in text
+    doc = next(d for d in yaml.safe_load_all(pipeline.run(plain).text) if d and d["kind"] == "Workflow")
+    templates = doc["spec"]["templates"]
+    assert not [t["name"] for t in templates if "schedulerName" in t]
+    assert not [t["name"] for t in templates
+                if yaml.safe_load((t.get("resource") or {}).get("manifest", "{}")).get("kind") == "PodGroup"]
+    assert [task["name"] for task in templates[0]["dag"]["tasks"]][-2:] == ["schedule-watch", "agents"]
 
 
 def test_kueue_needs_a_queue_in_both_renderers(helm, tmp_path):
@@ -124,6 +132,9 @@ def test_chart_rbac_lets_the_workflow_apply_its_podgroup(helm, tmp_path, kind, g
     podgroups = [rule for rule in role["rules"] if rule["resources"] == ["podgroups"]]
     if group is None:
         assert podgroups == []
+        # Kueue: the watch reads the group's Workload (Kueue's reason) and deletes it when it stops the job
+        workloads = {"apiGroups": ["kueue.x-k8s.io"], "resources": ["workloads"], "verbs": ["get", "delete"]}
+        assert workloads in role["rules"]
     else:
         verbs = ["get", "create", "patch", "delete"]  # delete: the watch frees the queue when it stops the job
         assert podgroups == [{"apiGroups": [group], "resources": ["podgroups"], "verbs": verbs}]

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import yaml
@@ -112,17 +113,32 @@ def test_past_200_dag_tasks_the_nodes_go_in_loop_tasks(tmp_path):
         "host": "{{item.host}}", "node-rank": "{{item.rank}}", "nic": "enp189s0f0", "if-ip": "{{item.ip}}"}
 
 
-def test_more_templates_than_argos_full_crds_take_is_warned(tmp_path):
-    """201 node shapes make 202 templates and 201 loop tasks: the full CRDs refuse both,
-    render.py says why."""
+def test_more_templates_than_argos_full_crds_take_is_refused_by_both(helm, tmp_path):
+    """201 node shapes make 204 templates and 203 DAG tasks, and 99 under node recovery make
+    202 templates (a retry wrapper each, and the host check): the full CRDs refuse both, so
+    both renderers do, naming the field (rule templates-too-many)."""
     from torchdag.pipeline import run
 
-    nodes = "".join(f"  - {{name: n{i}, resources: {{limits: {{memory: {i + 1}Gi}}}}}}\n" for i in range(201))
-    path = tmp_path / "v.yaml"
-    path.write_text(f"name: shapes\nimage: img:1\nscript: /t.py\nnodes:\n{nodes}")
-    lines = [w for w in run(path).warnings() if "Argo's full CRDs" in w]
-    # ... and as many loop tasks, one per shape
-    assert lines == [f"{path}: nodes: 201 node shapes (accelerator, devices, resources, NIC mode) make {count} items "
-                     f"in {field}; a cluster that installed Argo's full CRDs (its default since v4.0) refuses more "
-                     f"than 200 ('{field}: Too many'): give the nodes fewer distinct resources"
-                     for field, count in (("spec.templates", 202), ("spec.templates[0].dag.tasks", 201))]
+    def job(count: int, extra: str = "") -> Path:
+        nodes = "".join(f"  - {{name: n{i}, resources: {{limits: {{memory: {i + 1}Gi}}}}}}\n" for i in range(count))
+        path = tmp_path / f"v{count}.yaml"
+        path.write_text(f"name: shapes\nimage: img:1\nscript: /t.py\n{extra}nodes:\n{nodes}")
+        return path
+
+    def refused(path: Path, *counts: tuple[str, int]) -> None:
+        with pytest.raises(ValuesError) as error:
+            run(path)
+        lines = [line.split(": nodes: ", 1)[1] for line in str(error.value).splitlines()]
+        for field, count in counts:
+            line = next(line for line in lines if f"items in {field};" in line)
+            assert f"make {count} items in {field}" in line
+            assert f"refuse more than 200 ('{field}: Too many')" in line
+            result = subprocess.run([helm, "template", "t", str(REPO / "chart"), "-f", str(path)], capture_output=True,
+                                    text=True, timeout=300)
+            assert result.returncode != 0 and f"nodes: {line}" in result.stderr, result.stderr[-2000:]
+
+    # the DAG's entry, each shape, the watch, the helpers; the watch's and the helpers' tasks
+    refused(job(201), ("spec.templates", 204), ("spec.templates[0].dag.tasks", 203))
+    refused(job(99, "failurePolicy: {maxRestarts: 1}\n"), ("spec.templates", 202))
+    run(job(98, "failurePolicy: {maxRestarts: 1}\n"))  # 200: taken
+

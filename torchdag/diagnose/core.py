@@ -228,6 +228,12 @@ def findings_of(view: PodView) -> list[Finding]:
             prefix = PREFIX.match(line.text)
             add(*hit, line.time or view.finished, evidence, line.time is not None,
                 int(prefix.group(1)) if prefix else None)
+    # The log can be out of reach (its kubelet slow or gone) where the pod's status still holds
+    # the termination message, which the scheduling watch writes its verdict to.
+    if view.termination:
+        hit = signatures.match(view.termination, "log")
+        if hit:
+            add(*hit, view.finished, [view.termination])
     return out
 
 
@@ -385,6 +391,7 @@ def diagnose(workflow: dict, views: list[PodView], now: dt.datetime | None = Non
         first = roots[0]
         _rendezvous_names(first, views)
         _unplaced_rank(first, views)
+        _rbac_role(first, (workflow.get("metadata") or {}).get("namespace") or "<namespace>")
         return Diagnosis(1, phase, first, roots[1:] + effects, notes, slow)
     if phase in ("Failed", "Error") or any(v.phase == "Failed" for v in views):
         failed = sorted((v for v in views if v.phase in ("Failed", "Error")), key=lambda v: v.finished or _EPOCH)
@@ -420,6 +427,31 @@ def _unplaced_rank(first: Finding, views: list[PodView]) -> None:
     first.pod = owner or PodView(name="", rank=rank, host=found.group(2) or "", phase="Pending")
     if found.group(2):
         first.pod.host = found.group(2)
+
+
+FORBIDDEN = re.compile(r'cannot (\w+) resource "([^"]+)"(?: in API group "([^"]*)")?')
+
+
+def _rbac_role(first: Finding, namespace: str) -> None:
+    """A call the API refused names the Role that grants it (catalogue `rbac`, docs/rbac/) and
+    every verb that Role gives on the resource, so one apply fixes the job."""
+    found = FORBIDDEN.search(" ".join(first.evidence)) if first.signature == "forbidden" else None
+    if not found:
+        return
+    from ..catalog import catalog
+
+    verb, resource, group = found.group(1), found.group(2), found.group(3) or ""
+    entry = catalog()["rbac"]
+    for name, grant in entry["grants"].items():
+        rule = next((r for r in grant["rules"] if resource in r["resources"] and group in r["apiGroups"]), None)
+        if rule:
+            verbs = ", ".join(rule["verbs"][:-1]) + f" and {rule['verbs'][-1]}" if len(rule["verbs"]) > 1 \
+                else rule["verbs"][0]
+            first.cause = (f"the API refused the ServiceAccount the job's pods run as: it may not {verb} {resource} (RBAC); "
+                           f"{verbs} on {resource} are needed for {grant['why']}")
+            first.fix = (f"kubectl apply -n {namespace} -f {entry['folder']}/{name}.yaml (the Role "
+                         f"{entry['roleName'].replace('{name}', name)}, docs/rbac.md; with the chart, rbac.create)")
+            return
 
 
 def _rendezvous_names(first: Finding, views: list[PodView]) -> None:

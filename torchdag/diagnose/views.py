@@ -65,6 +65,7 @@ class PodView:
     message: str = ""
     exit_code: int | None = None
     container_reason: str = ""
+    termination: str = ""  # the main container's termination message (the scheduling watch writes its verdict there)
     finished: dt.datetime | None = None
     created: dt.datetime | None = None
     attempt: str = "0"
@@ -141,6 +142,7 @@ def pod_view(pod: dict) -> PodView:
     if term:
         view.exit_code = term.get("exitCode")
         view.container_reason = term.get("reason") or ""
+        view.termination = term.get("message") or ""
         view.finished = parse_time(term.get("finishedAt"))
     waiting = (main.get("state") or {}).get("waiting") or {}
     if view.phase == "Pending" and waiting.get("reason") and waiting["reason"] != "PodInitializing":

@@ -15,6 +15,15 @@ RANK_LABEL = "torchdag.io/node-rank"
 NODE_NAME_ANNOTATION = "workflows.argoproj.io/node-name"
 NODE_ID_ANNOTATION = "workflows.argoproj.io/node-id"
 ACTIVE = ("Pending", "Running", "", None)  # a pod not yet given a phase is pending
+# What a gang scheduler writes on a pod it holds back only because of its gang, not because the
+# pod itself does not fit: such a rank is named after the ranks that do not fit (the cause),
+# so that the first rank of the watch's verdict, which diagnose names, is one whose host is
+# short. Read in scheduler-plugins v0.32.7 pkg/coscheduling (PostFilter's "optimistic rejection",
+# Permit's timeout and the Unreserve that follows it, PreFilter's backoff and sibling count) and
+# seen on the local cluster;
+# Kubernetes' own "SchedulingGated" is what a pod Kueue has not admitted shows.
+GANG_HELD = ("optimistic rejection in PostFilter", "rejection in Unreserve", "rejected due to timeout after waiting",
+             "failed recently", "cannot find enough sibling pods", "SchedulingGated")
 
 
 def is_scheduled(pod: dict) -> bool:
@@ -85,10 +94,11 @@ class Observation:
     Under Argo (`node_id`, from ARGO_NODE_ID) the watch finds its own pod by the
     `workflows.argoproj.io/node-id` annotation; its node name (`wf(1).gang-watch` after a
     restart) says which pods are of this attempt. Until the own pod is listed the look is
-    not `trusted`: an earlier attempt's placed pods must not count.
+    not `trusted`: an earlier attempt's placed pods must not count. `only`: the one rank
+    watched (a node's host check, beside its retried pod in the same attempt).
     """
 
-    def __init__(self, pods: list[dict], n: int, node_id: str | None):
+    def __init__(self, pods: list[dict], n: int, node_id: str | None, only: int | None = None):
         self.at = time.monotonic()
         self.n = n
         own = next((p for p in pods if node_id and _annotation(p, NODE_ID_ANNOTATION) == node_id), None)
@@ -118,7 +128,7 @@ class Observation:
                 by_rank.setdefault(rank, []).append(pod)
         self.by_rank = by_rank
         self.placed = {r for r, ps in by_rank.items() if any(is_scheduled(p) for p in ps)}
-        self.unplaced = [r for r in range(n) if r not in self.placed]
+        self.unplaced = [r for r in ([only] if only is not None else range(n)) if r not in self.placed]
         # A task of this attempt failed (say `gang`, the PodGroup) and no other pod is
         # pending or running: the Workflow only waits for this watch, and will fail.
         self.failing = failed if failed and not active and self.unplaced else None
@@ -128,14 +138,17 @@ class Observation:
         return not self.unplaced
 
     def reasons(self, with_host: bool = False) -> list[str]:
+        """One item per unplaced rank, with the scheduler's words; the ranks a gang scheduler
+        holds back only for their gang (GANG_HELD) after the others."""
         items = []
         for rank in self.unplaced:
             pods = self.by_rank.get(rank)
             if not pods:
-                items.append(f"node-rank {rank}: no pod yet")
+                items.append((False, f"node-rank {rank}: no pod yet"))
                 continue
             newest = max(pods, key=lambda p: (p.get("metadata") or {}).get("creationTimestamp") or "")
             name = (newest.get("metadata") or {}).get("name", "?")
             host = f" on host {pinned_host(newest)}" if with_host and pinned_host(newest) else ""
-            items.append(f"node-rank {rank}{host} (pod {name}): {why_unscheduled(newest)}")
-        return items
+            why = why_unscheduled(newest)
+            items.append((any(words in why for words in GANG_HELD), f"node-rank {rank}{host} (pod {name}): {why}"))
+        return [text for held, text in sorted(items, key=lambda item: item[0])]

@@ -7,8 +7,11 @@
 //	admin.crt, admin.key        a client certificate in group system:masters (kubeconfig)
 //	apiserver-kubelet-client.*  what kube-apiserver shows a kubelet (logs, exec, port-forward)
 //	sa.key, sa.pub              the service-account token signing key pair
+//	webhook.crt, webhook.key    a serving certificate for 127.0.0.1 and localhost: the local
+//	                            admission webhooks' (Kueue's), which the API server calls on loopback
 //
-// Existing files are kept: a running cluster's credentials never change under it.
+// Existing files are kept: a running cluster's credentials never change under it. A leaf that
+// a directory made by an older clustercerts lacks (webhook) is added, signed by its CA.
 package main
 
 import (
@@ -47,7 +50,7 @@ func main() {
 
 func write(dir string, serviceIP net.IP) error {
 	if _, err := os.Stat(filepath.Join(dir, "ca.crt")); err == nil {
-		return nil
+		return addWebhookLeaf(dir)
 	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return err
@@ -125,11 +128,76 @@ func write(dir string, serviceIP net.IP) error {
 	if err := writeKey(filepath.Join(dir, "sa.key"), saKey); err != nil {
 		return err
 	}
+	if err := issue(dir, "webhook", webhookLeaf(), ca, caKey); err != nil {
+		return err
+	}
 	// The CA last: its presence is what marks the directory complete.
 	if err := writeKey(filepath.Join(dir, "ca.key"), caKey); err != nil {
 		return err
 	}
 	return writePEM(filepath.Join(dir, "ca.crt"), "CERTIFICATE", caDER)
+}
+
+// webhookLeaf is what an admission webhook server on loopback shows the API server, which
+// calls it by a `url:` of https://127.0.0.1:PORT (there is no Service network to route a
+// `service:` reference here).
+func webhookLeaf() x509.Certificate {
+	return x509.Certificate{
+		Subject:      pkix.Name{CommonName: "torchdag-local-webhook"},
+		SerialNumber: big.NewInt(time.Now().UnixNano()),
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		IPAddresses:  []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback},
+		DNSNames:     []string{"localhost"},
+	}
+}
+
+// addWebhookLeaf issues webhook.crt with the directory's CA unless it is there already.
+func addWebhookLeaf(dir string) error {
+	if _, err := os.Stat(filepath.Join(dir, "webhook.crt")); err == nil {
+		return nil
+	}
+	caPEM, err := os.ReadFile(filepath.Join(dir, "ca.crt"))
+	if err != nil {
+		return err
+	}
+	keyPEM, err := os.ReadFile(filepath.Join(dir, "ca.key"))
+	if err != nil {
+		return err
+	}
+	caBlock, _ := pem.Decode(caPEM)
+	keyBlock, _ := pem.Decode(keyPEM)
+	if caBlock == nil || keyBlock == nil {
+		return fmt.Errorf("%s: ca.crt or ca.key is not PEM", dir)
+	}
+	ca, err := x509.ParseCertificate(caBlock.Bytes)
+	if err != nil {
+		return err
+	}
+	parsed, err := x509.ParsePKCS8PrivateKey(keyBlock.Bytes)
+	if err != nil {
+		return err
+	}
+	caKey, ok := parsed.(crypto.Signer)
+	if !ok {
+		return fmt.Errorf("%s: ca.key is not a signing key", dir)
+	}
+	return issue(dir, "webhook", webhookLeaf(), ca, caKey)
+}
+
+// issue signs one leaf with the CA and writes NAME.crt and NAME.key.
+func issue(dir, name string, tmpl x509.Certificate, ca *x509.Certificate, caKey crypto.Signer) error {
+	key, err := newKey()
+	if err != nil {
+		return err
+	}
+	now := time.Now().Add(-time.Hour)
+	tmpl.NotBefore, tmpl.NotAfter = now, now.Add(validity)
+	tmpl.KeyUsage = x509.KeyUsageDigitalSignature
+	der, err := x509.CreateCertificate(rand.Reader, &tmpl, ca, key.Public(), caKey)
+	if err != nil {
+		return err
+	}
+	return writePair(dir, name, der, key)
 }
 
 func newKey() (*ecdsa.PrivateKey, error) {
