@@ -74,7 +74,7 @@ ASCEND_VENV := .venv-ascend
 ASCEND_STAMP := $(ASCEND_VENV)/.installed
 ASCEND_REQ := requirements-ascend-test.txt
 
-.PHONY: help setup render check helm test test-fast golden smoke chart-sync bench bench-cluster bench-tiers lint clean ascend-venv argo-lint go-tools cluster-up cluster-schedulers cluster-nodes cluster-kubelet cluster-down e2e
+.PHONY: help setup render check helm test test-fast golden smoke chart-sync bench bench-cluster bench-tiers bench-root-cause lint clean ascend-venv argo-lint go-tools cluster-up cluster-schedulers cluster-nodes cluster-kubelet cluster-down e2e
 
 # Each target's `## ` text, in one column after the longest name (awk: no fixed tab stop to outgrow).
 help: ## list the targets
@@ -326,6 +326,9 @@ bench: $(VENV_STAMP) $(HELM) $(BENCH_VENV)/.installed bench-cluster bench-tiers 
 
 bench-tiers: $(VENV_STAMP) ## make test-fast and make test (warm) timed against their budgets (3 and 25 minutes), and .ci/run in a fresh clone with empty caches (75); the test time per folder (about two hours)
 	$(PY) bench/bench_tiers.py
+
+bench-root-cause: $(VENV_STAMP) ## issue 41's stress: a user's script raises on rank 1 under record.py, 20 runs through real torchrun; in how many diagnose names rank 1, its host and exception (about a minute a run here)
+	$(PY) bench/bench_root_cause.py --runs 20
 
 SCALE_NODES ?= 256 1024 4096
 RECOVERY_NODES ?= 256 1024

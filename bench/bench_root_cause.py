@@ -95,7 +95,8 @@ def main() -> int:
             microsecond=0))
         named += ok
         same_second += tie
-        line = core.report_lines("job", result)[0] if first else "(nothing named)"
+        line = next((text for text in core.report_lines("job", result) if text.startswith("first failure")),
+                    "(nothing named)")
         print(f"run {run + 1:>2}: {'ok ' if ok else 'BAD'} {took[-1]:5.1f} s  "
               f"{'lost peer in the same second' if tie else 'lost peer later':<29} {line}", flush=True)
         if not ok and args.keep:

@@ -165,3 +165,17 @@ def test_one_window_of_load_on_every_rank_does_not_clear_a_straggler():
                 line.text = line.text.replace(f"busy {found.group(5)} ms", "busy 400.0 ms")
     slow = records.stragglers(views, now)
     assert [(s.rank.rank, s.current) for s in slow] == [(1, True)], slow
+
+
+def test_a_rank_that_raised_is_not_hung_though_its_exception_is_logged_after_its_peers_began_to_wait():
+    """Seen on the local cluster (tests/diagnose_logs/user-raise-hang-*, rank 1 raises at step 30):
+    its peers entered all_reduce #36 a few ms before rank 1's exception reached its log, and its
+    recorder said on the way out which collective it left: rank 1's exception is the root, the
+    hang it leaves behind a consequence."""
+    workflow, views, now = job("user-raise-hang", 2, ended=True)
+    result = core.diagnose(workflow, views, now=now + dt.timedelta(minutes=1))
+    first = result.first
+    assert (result.status, first.signature, first.process_rank, first.pod.host) == (
+        1, "python-exception", 1, "host-a"), core.report_lines("job", result)
+    assert first.evidence[-1] == "ValueError: bad batch at step 30 on rank 1: (32, 64)", first.evidence
+    assert all(f.effect for f in result.others if f.signature == "hang"), result.others

@@ -125,7 +125,7 @@ def test_root_hang_loop_and_straggler_named_from_the_ranks_records(job, tmp_path
     hosts = job.dir / "hosts.yaml"
     hosts.write_text(yaml.safe_dump(values(job, "hosts", [a, b, c], {}, 2), sort_keys=False))
     job.used = 3
-    job.start(hosts, "--no-checkout-map", "--map", f"/workspace={workspace}")
+    job.start(hosts, image_maps=[("/workspace", str(workspace))])  # the user's image: its own folder only
     heavy = {"STEPS": "1000000", "WORK": "800"}
     names = {
         "raise": submit(job, values(job, "rec-raise", [a, b], {"FAULT": "raise", "FAULT_RANK": "1",

@@ -365,10 +365,13 @@ def diagnose(workflow: dict, views: list[PodView], now: dt.datetime | None = Non
     effects = sorted((f for f in findings if f.effect), key=_when)
     stuck, notes = record_hang(views, now)
     if stuck is not None:
-        # a culprit whose own root came before the others began to wait (it raised, it was
-        # killed): that says why it never arrived; one after (torchrun killing its stopped
+        # a culprit that raised, or whose own root came before the others began to wait (it was
+        # killed): that says why it never arrived (its exception can be logged a few ms after its
+        # peers entered the collective it left); a root after (torchrun killing its stopped
         # worker once a peer timed out) does not
-        if any(f.pod is stuck.pod and _when(f) <= _when(stuck) for f in roots):
+        if any(f.pod is stuck.pod and f.process_rank in (None, stuck.process_rank)
+               and (f.signature == "python-exception" or _when(f) <= _when(stuck)) for f in roots):
+            stuck.effect = True
             effects.append(stuck)
         else:
             roots.append(stuck)
@@ -447,7 +450,8 @@ def _rbac_role(first: Finding, namespace: str) -> None:
         if rule:
             verbs = ", ".join(rule["verbs"][:-1]) + f" and {rule['verbs'][-1]}" if len(rule["verbs"]) > 1 \
                 else rule["verbs"][0]
-            first.cause = (f"the API refused the ServiceAccount the job's pods run as: it may not {verb} {resource} (RBAC); "
+            first.cause = (f"the API refused the ServiceAccount the job's pods run as: it may not {verb} {resource} "
+                           "(RBAC); "
                            f"{verbs} on {resource} are needed for {grant['why']}")
             first.fix = (f"kubectl apply -n {namespace} -f {entry['folder']}/{name}.yaml (the Role "
                          f"{entry['roleName'].replace('{name}', name)}, docs/rbac.md; with the chart, rbac.create)")
