@@ -451,7 +451,7 @@ def _rbac_role(first: Finding, namespace: str) -> None:
             verbs = ", ".join(rule["verbs"][:-1]) + f" and {rule['verbs'][-1]}" if len(rule["verbs"]) > 1 \
                 else rule["verbs"][0]
             first.cause = (f"the API refused the ServiceAccount the job's pods run as: it may not {verb} {resource} "
-                           "(RBAC); "
+                           f"(RBAC); "
                            f"{verbs} on {resource} are needed for {grant['why']}")
             first.fix = (f"kubectl apply -n {namespace} -f {entry['folder']}/{name}.yaml (the Role "
                          f"{entry['roleName'].replace('{name}', name)}, docs/rbac.md; with the chart, rbac.create)")
