@@ -77,11 +77,7 @@ ASCEND_REQ := requirements-ascend-test.txt
 TORCH21_VENV := .venv-torch21
 TORCH21_STAMP := $(TORCH21_VENV)/.installed
 
-<<<<<<< HEAD
-.PHONY: help setup render check helm test test-fast golden smoke chart-sync bench bench-cluster bench-status bench-tiers lint clean ascend-venv argo-lint go-tools cluster-up cluster-schedulers cluster-nodes cluster-kubelet cluster-down e2e
-=======
-.PHONY: help setup render check helm test test-fast golden smoke chart-sync bench bench-cluster bench-tiers lint clean ascend-venv argo-lint go-tools cluster-up cluster-schedulers cluster-nodes cluster-kubelet cluster-down e2e torch21-check
->>>>>>> h44
+.PHONY: help setup render check helm test test-fast golden smoke chart-sync bench bench-cluster bench-status bench-tiers bench-root-cause lint clean ascend-venv argo-lint go-tools cluster-up cluster-schedulers cluster-nodes cluster-kubelet cluster-down e2e torch21-check
 
 # Each target's `## ` text, in one column after the longest name (awk: no fixed tab stop to outgrow).
 help: ## list the targets
@@ -310,7 +306,7 @@ test-fast: $(FAST_STAMP) $(HELM) ## every render, schema, chart and values test:
 test: lint $(VENV_STAMP) $(HELM) $(ASCEND_STAMP) $(ARGOLINT) $(ARGOLINT_V3) $(KUBEEXPAND) $(PODSECURITY) $(COREDNS) $(CLUSTER_BINS) $(GANG_SCHEDULERS) $(WORKFLOW_CONTROLLER) $(ARGOEXEC) $(KUBECTL) $(POSTGRES) ## lint, then install everything and run the whole test suite
 	HELM=$(abspath $(HELM)) ARGOLINT=$(abspath $(ARGOLINT)) ARGOLINT_V3=$(abspath $(ARGOLINT_V3)) KUBEEXPAND=$(abspath $(KUBEEXPAND)) \
 		PODSECURITY=$(abspath $(PODSECURITY)) \
-		TORCHDAG_ASCEND_VENV_REQUIRED=1 TORCHDAG_NETNS_REQUIRED=1 TORCHDAG_E2E=1 $(PY) -m pytest -n 2 --dist loadgroup tests
+		TORCHDAG_ASCEND_VENV_REQUIRED=1 TORCHDAG_NETNS_REQUIRED=1 TORCHDAG_E2E=1 $(PY) -m pytest -n 2 --dist loadgroup tests --durations=25
 
 golden: $(VENV_STAMP) ## regenerate tests/golden/ from examples/ and tests/cases/ (review the diff!)
 	$(PY) tests/golden.py --write
@@ -346,6 +342,9 @@ torch21-check: $(TORCH21_STAMP) ## torchdag_ddp's stand-in test under torch 2.1 
 
 bench-tiers: $(VENV_STAMP) ## make test-fast and make test (warm) timed against their budgets (3 and 25 minutes), and .ci/run in a fresh clone with empty caches (75); the test time per folder (about two hours)
 	$(PY) bench/bench_tiers.py
+
+bench-root-cause: $(VENV_STAMP) ## issue 41's stress: a user's script raises on rank 1 under record.py, 20 runs through real torchrun; in how many diagnose names rank 1, its host and exception (about a minute a run here)
+	$(PY) bench/bench_root_cause.py --runs 20
 
 SCALE_NODES ?= 256 1024 4096
 RECOVERY_NODES ?= 256 1024

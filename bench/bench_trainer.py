@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""Trainer overhead against a bare DDP loop, and the cost of the mixed-device
-gradient exchange.  Real torchrun processes on 127.0.0.1, OMP_NUM_THREADS=1.
+"""Trainer overhead against a bare DDP loop, the cost of the mixed-device gradient
+exchange, and of recording (trainer/agents/torchdag_flight.py with PyTorch's flight
+recorder, against neither).  Real torchrun processes on 127.0.0.1, OMP_NUM_THREADS=1.
 
     .venv/bin/python bench/bench_trainer.py [--reps 3]
 
@@ -28,11 +29,13 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def run(nodes: int, args: list[str]) -> dict:
+def run(nodes: int, args: list[str], extra_env: dict | None = None) -> dict:
     """One torchrun job of `nodes` x 1 process; returns rank 0's results."""
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
-    for k in ("TORCHDAG_BACKEND", "TORCHDAG_DEVICE", "TORCHDAG_PG_TIMEOUT"):
+    for k in ("TORCHDAG_BACKEND", "TORCHDAG_DEVICE", "TORCHDAG_PG_TIMEOUT", "TORCHDAG_RECORD", "TORCH_FR_BUFFER_SIZE",
+              "TORCH_NCCL_TRACE_BUFFER_SIZE", "TORCH_HCCL_TRACE_BUFFER_SIZE"):
         env.pop(k, None)
+    env.update(extra_env or {})
     port = free_port()
     procs = [subprocess.Popen([sys.executable, "-m", "torch.distributed.run", f"--nnodes={nodes}",
                                f"--node-rank={n}", "--nproc-per-node=1", "--master-addr=127.0.0.1",
@@ -52,6 +55,8 @@ def run(nodes: int, args: list[str]) -> dict:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--record-steps", type=int, default=12000,
+                    help="steps of each recording run: long enough for windows of 20 s")
     args = ap.parse_args()
     start = time.monotonic()
     reps = str(args.reps)
@@ -78,6 +83,21 @@ def main() -> int:
               f"{exchange * 1e3:>18.3f}")
     print("exchange = device->CPU copy + gloo all-reduce (includes waiting for the slowest rank)"
           " + CPU->device copy, per step")
+    print()
+
+    # Recording is process-wide (the flight recorder's buffer is sized when the first group
+    # starts): its runs are jobs of their own, off and on alternating.
+    off, on = [], []
+    for _ in range(args.reps):
+        off += run(2, ["--mode", "record", "--steps", str(args.record_steps), "--reps", "1"],
+                   {"TORCHDAG_RECORD": "0", "TORCH_FR_BUFFER_SIZE": "0"})["record"]
+        on += run(2, ["--mode", "record", "--steps", str(args.record_steps), "--reps", "1"])["record"]
+    print(f"recording overhead (the trainer, 2x1 processes, {args.record_steps} steps a run, best of {args.reps} "
+          "alternating runs)")
+    print(f"{'recording':<34}{'steps/s':>10}{'step ms':>10}")
+    print(f"{'off (TORCHDAG_RECORD=0, no FR)':<34}{max(off):>10.0f}{1e3 / max(off):>10.3f}")
+    print(f"{'on (torchdag_flight + FR 2000)':<34}{max(on):>10.0f}{1e3 / max(on):>10.3f}")
+    print(f"step time on vs off: {(max(off) / max(on) - 1) * 100:+.1f}% (target <= 2%)")
     print(f"(benchmark took {time.monotonic() - start:.0f} s)")
     return 0
 

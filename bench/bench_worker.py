@@ -56,15 +56,19 @@ def bare_ddp(steps: int, hidden: int, batch: int = 32, dataset_size: int = 4096)
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--mode", choices=("overhead", "mixed"), required=True)
+    ap.add_argument("--mode", choices=("overhead", "mixed", "record"), required=True)
     ap.add_argument("--steps", type=int, required=True)
     ap.add_argument("--hidden", type=int, default=50)
     ap.add_argument("--reps", type=int, default=3)
     args = ap.parse_args()
     ranks = ranks_from_env()
     place = resolve(ranks.local_rank, "cpu", "gloo")
+    if args.mode == "record" and os.environ.get("TORCHDAG_RECORD") != "0":
+        from trainer.agents import torchdag_flight
+
+        torchdag_flight.install()  # as trainer/train.py does, before the process group
     dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=120))
-    results: dict[str, list] = {"bare": [], "trainer": [], "ddp": [], "buckets": []}
+    results: dict[str, list] = {"bare": [], "trainer": [], "ddp": [], "buckets": [], "record": []}
     with tempfile.TemporaryDirectory() as d:
         metrics = os.path.join(d, "m.json")
 
@@ -75,7 +79,9 @@ def main() -> None:
             return json.loads(Path(metrics).read_text()) if ranks.rank == 0 else {}
 
         for _ in range(args.reps):
-            if args.mode == "overhead":
+            if args.mode == "record":
+                results["record"].append(run_trainer("auto").get("steps_per_second"))
+            elif args.mode == "overhead":
                 results["bare"].append(bare_ddp(args.steps, args.hidden))
                 results["trainer"].append(run_trainer("auto").get("steps_per_second"))
             else:

@@ -540,7 +540,9 @@ def full_width_marks(text: str) -> list[tuple[int, int, str]]:
                     or (char == "\u3000" and (column < indent or line[:column].endswith((":", "-"))))
                     or (char in _OPENERS and (column == indent or line[:column].rstrip(" ").endswith(
                         (":", "-", "[", "{", ","))))
-                    or (char in _CLOSERS and _ascii_before(line, column))
+                    or (char in _CLOSERS and _ascii_before(line, column)  # not a value's first character
+                        and not line[:column].rstrip(" ").endswith((":", "[", "{", ","))
+                        and line[:column].strip(" ") != "-")
                     or (char == "\uff03" and column == indent)):
                 marks.append((number, column + 1, char))
     return marks

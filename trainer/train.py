@@ -72,8 +72,25 @@ def init_process_group(backend: str, ranks: Ranks, timeout: datetime.timedelta) 
         dist.init_process_group(backend=backend, rank=ranks.rank, world_size=ranks.world_size, timeout=timeout)
 
 
+def recorder():
+    """torchdag_flight: the copy record.py already started (the Workflow's ConfigMap puts it
+    on the path), else the image's; None where neither is (the helpers' ConfigMap, mounted
+    over trainer/agents/, ships it with record.py only)."""
+    started = sys.modules.get("torchdag_flight")
+    if started is not None:
+        return started
+    try:
+        from trainer.agents import torchdag_flight
+    except ImportError:
+        return None
+    return torchdag_flight
+
+
 def run(argv: list[str] | None = None) -> int:
     cfg = parse_config(argv)
+    flight = recorder()
+    if flight is not None:
+        flight.install()  # every rank says where it waits or is stuck, and how busy (TORCHDAG_RECORD=0: off)
     ranks = ranks_from_env(local_rank_arg=cfg.local_rank_arg)
     place = resolve(ranks.local_rank, cfg.device, cfg.backend)
     if place.note and ranks.local_rank == 0:
@@ -97,6 +114,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"[trainer] error: {exc}", file=sys.stderr, flush=True)
         status = EXIT_USAGE
     except BaseException:  # noqa: BLE001 - report, then leave through the same exit path
+        flight = recorder()
+        if flight is not None:
+            flight.report_failure()  # the collective it failed in (its timeout), as its records say
         rank = os.environ.get("RANK", "?")
         print(f"[trainer] rank {rank} failed:\n{traceback.format_exc()}", file=sys.stderr, flush=True)
         status = EXIT_FAILED

@@ -46,6 +46,12 @@ The catalogue as JSON; read it with `include "torchdag.catalog" . | fromJson`. *
       },
       {
         "if": [
+          "recorder"
+        ],
+        "value": "torchdag_flight.py"
+      },
+      {
+        "if": [
           "preflight"
         ],
         "value": "preflight.py"

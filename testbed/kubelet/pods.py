@@ -20,6 +20,7 @@ from typing import Protocol
 
 from ..kube import Kube, api_message
 from ..runtime import MARKER_ENV, ProcessTree, process_env, process_table
+from .cgroups import CpuCgroup, cpu_limit_of
 from .logs import LogPump
 from .sandbox import SA_PATH, Sandbox, wrap
 from .security import process_prefix
@@ -86,6 +87,7 @@ class PodWorker:
         self.trees: dict[str, ProcessTree] = {}
         self.popens: dict[str, subprocess.Popen] = {}
         self.pumps: dict[str, LogPump] = {}
+        self.cgroups: dict[str, CpuCgroup] = {}  # containers with a CPU limit
         self.stop_reason: str | None = None
         self.kill_at: float | None = None
         self.done = threading.Event()
@@ -141,6 +143,8 @@ class PodWorker:
         finally:
             if getattr(self, "sandbox", None) is not None:
                 self.sandbox.release_volumes()
+            for cgroup in self.cgroups.values():
+                cgroup.remove()
             self.done.set()
             self.k.pod_done(self)
 
@@ -281,6 +285,14 @@ class PodWorker:
         marker = f"{self.k.run_id}/{self.uid}/{run.name}"  # unique per kubelet: finds this container's orphans
         env[MARKER_ENV] = marker
         argv = wrap(process_prefix(self.pod, run.name, run.role, notes) + run.argv, binds)
+        limit = cpu_limit_of(self.pod, run.name)
+        if limit:
+            if run.name not in self.cgroups:
+                cgroup = CpuCgroup.for_container(self.uid, run.name, limit, notes)
+                if cgroup is not None:
+                    self.cgroups[run.name] = cgroup
+            if run.name in self.cgroups:
+                argv = self.cgroups[run.name].wrap(argv)
         for note in notes:
             self.k.say(f"{self.key} {run.name}: {note}")
         read_end, write_end = os.pipe()  # through LogPump: each line's time kept for the logs API

@@ -108,7 +108,9 @@ def test_wheel_carries_schema_and_templates(wheel):
     assert not [n for n in names if "torch" in n and not n.startswith("torchdag")]
 
 
-WHEEL_CODE_LINES = 4_700  # issue 25: the product without its test bed; issue 39: check --cluster and the status model
+# issue 25: the product without its test bed; issue 39: check --cluster and the status model (+200);
+# issue 41: +700 (diagnose's records +365 code lines, the recorder every Workflow carries +389)
+WHEEL_CODE_LINES = 5_650
 
 
 def code_lines(source: str) -> int:

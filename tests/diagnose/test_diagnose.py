@@ -229,7 +229,7 @@ def test_status_table_and_merged_logs():
     rows = status_rows(workflow, views, dt.datetime(2026, 12, 4, 17, 30, 12, tzinfo=dt.timezone.utc))
     assert rows[0] == "workflow job: Running"
     assert rows[2].split()[:5] == ["0", "node-a", "198.18.0.1", "job-t-7", "Running"]
-    assert rows[2].split()[-3:] == ["0", "12/40", "10s"]
+    assert rows[2].split()[-4:] == ["0", "12/40", "10s", "-"]
     assert "Pending (waiting to be scheduled)" in rows[3]
     assert merged_lines(views) == ["[rank 0 node-a] [trainer] step 12/40 loss 1.0", "[rank 1 -] a",
                                    "[rank 0 node-a] b"]

@@ -128,6 +128,11 @@ TRAINER = {
         "tests/trainer/test_trainer_progress.py::test_a_stalled_step_is_reported_until_the_next_one",
         "tests/diagnose/test_diagnose.py::test_a_sigstopped_rank_is_the_hang_while_others_wait_and_after_their_timeout",
     ],
+    "`TORCHDAG_RECORD`": [
+        "tests/trainer/test_trainer.py::test_hung_peer_exits_within_pg_timeout",
+        "tests/agents/test_flight.py::test_recording_off",
+        "tests/e2e/test_diagnose_records_e2e.py::test_root_hang_loop_and_straggler_named_from_the_ranks_records",
+    ],
     "`TORCHDAG_STATUS_FILE`": [
         R + "test_sigterm_to_one_node_saves_the_agreed_step_and_the_retry_resumes",
         P + "test_a_stop_signal_before_the_first_step_has_its_default_action",

@@ -49,7 +49,10 @@ def lines_of(path) -> list[str]:
 # findings as data in clustercheck.yaml) and the size guard's per-shape status model.
 # trainer: 3000 -> 3150 (issue 44): torchdag_ddp.DDP, the CPU-bucket exchange that users' scripts and the
 # trainer share (mixed.py folded into it), with BatchNorm buffers and no_sync() as DDP has them.
-FOLDER_BUDGETS = {"torchdag": 5350, "testbed": 5100, "trainer": 3150}
+# Issue 41 on top of issues 39 and 44: torchdag +450 (diagnose's records of hangs and stragglers, root before
+# consequence: +477 lines), testbed +100 (the kubelet's CPU quota: +109), trainer +550 (the
+# recorder every rank runs: +513).
+FOLDER_BUDGETS = {"torchdag": 5800, "testbed": 5200, "trainer": 3700}
 MODULE_LIMIT = 600
 
 

@@ -2,9 +2,9 @@
 makes one Workload podSet per role hash, which torchdag sets to each node template's name
 (else Kueue hashes each pod's spec, host pin included: one podSet per machine, and a Workload
 holds at most 8; more than 8 node templates: tests/bad_cases.py); Volcano's
-and coscheduling's PodGroups count every machine and, for Volcano, every device. The image
-carries torchdag's helpers here (agents.fromWorkflow false): a gang's helpers in the Workflow
-(about 60 KB, docs/byo.md) leave no room for a restart's status at this size."""
+and coscheduling's PodGroups count every machine and, for Volcano, every device. The controller
+offloads node status here (workflow.nodeStatusOffload): at this size node recovery's status does
+not fit beside the spec in one object (tests/render/test_render_size.py)."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ def rendered(tmp_path_factory) -> dict:
     for kind, scheduling in GANGS.items():
         path = big_values(tmp_path_factory.mktemp(kind) / "v.yaml", MACHINES,
                           f"scheduling: {scheduling}\nfailurePolicy: {{maxRestarts: 1}}\n"
-                          "agents: {fromWorkflow: false}\n")
+                          "workflow: {nodeStatusOffload: true}\n")
         out[kind] = next(d for d in yaml.safe_load_all(pipeline.run(path).text) if d)
     return out
 

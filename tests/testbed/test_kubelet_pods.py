@@ -452,3 +452,35 @@ def test_a_terminated_pods_volumes_are_torn_down_and_its_termination_message_kep
     assert final["containerStatuses"][0]["state"]["terminated"]["message"] == "done\n"
     folder = tmp_path / "pods" / "team" / "p1-uid-p1-0"
     assert folder.is_dir() and not (folder / "volumes").exists(), sorted(p.name for p in folder.iterdir())
+
+
+def test_a_cpu_limit_is_the_containers_cfs_quota(tmp_path):
+    """resources.limits.cpu, as the kubelet applies it: the container's processes (and what they
+    start) in a CPU cgroup of their own whose quota is the limit's share of each 100 ms period,
+    so a busy loop is throttled; the cgroup is removed with the pod. A container without a
+    limit stays where the kubelet runs."""
+    from testbed.kubelet import cgroups
+
+    assert (cgroups.quota_us("250m"), cgroups.quota_us("1"), cgroups.quota_us("1.5"), cgroups.quota_us("0.1m")) == (
+        25_000, 100_000, 150_000, 1_000)
+    if cgroups.cpu_root() is None or os.geteuid() != 0:
+        missing("CPU limits need root and a cgroup v1 cpu hierarchy")
+    kubelet, api = make_kubelet(tmp_path)
+    busy = ("cat /proc/self/cgroup | grep -E ':cpu[,:]'; sh -c 'cat /proc/self/cgroup | grep -E \":cpu[,:]\"'; "
+            "end=$(($(date +%s) + 2)); while [ $(date +%s) -lt $end ]; do :; done")
+    limited = sh("main", busy, resources={"limits": {"cpu": "100m"}})
+    free = sh("side", "cat /proc/self/cgroup | grep -E ':cpu[,:]'")
+    worker = PodWorker(kubelet, pod(limited, free))
+    kubelet.workers[worker.uid] = worker
+    worker.start()
+    deadline = time.monotonic() + 10
+    while "main" not in worker.cgroups and time.monotonic() < deadline:
+        time.sleep(0.05)
+    path = worker.cgroups["main"].path
+    assert (path / "cpu.cfs_quota_us").read_text().strip() == "10000"
+    assert worker.done.wait(20)
+    lines = (tmp_path / "logs/team/p1/main.log").read_text().splitlines()
+    assert len(lines) == 2 and all(line.endswith("/torchdag-kubelet/poduid-p1-0000/main") for line in lines), lines
+    assert (tmp_path / "logs/team/p1/side.log").read_text().strip().endswith(":/"), "no limit, no cgroup"
+    assert not path.exists() and not path.parent.exists(), "removed with the pod"
+    assert "cpu limit 100m: CFS quota 10000 us every 100000 us" in kubelet.out.getvalue()

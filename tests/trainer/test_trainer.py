@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -208,6 +209,9 @@ def test_hung_peer_exits_within_pg_timeout(tmp_path):
     # torchrun's teardown; it waited for the timeout (a hang gives no earlier sign).
     assert pg_timeout <= took < pg_timeout + 15, (took, output_of(tmp_path))
     assert "rank 0 failed" in output(procs[0]), output_of(tmp_path)
+    # recording is on by default (TORCHDAG_RECORD): the collective it failed in, on the way out
+    assert re.search(r"\[torchdag\] rank 0 failed in \S+ #\d+ of the default group after \d+ s", output(procs[0])), \
+        output_of(tmp_path)
 
 
 # ------------------------------------------------------- mixed-device path

@@ -65,11 +65,15 @@ def status_rows(workflow: dict, views: list[core.PodView], now: dt.datetime) -> 
         head += f", progress {status['progress']} (Argo)"
     if status.get("message"):
         head += f": {status['message']}"
-    rows = [["RANK", "HOST", "ADDRESS", "POD", "PHASE", "ATTEMPT", "RESTARTS", "PROGRESS", "LAST LOG"]]
+    rows = [["RANK", "HOST", "ADDRESS", "POD", "PHASE", "ATTEMPT", "RESTARTS", "PROGRESS", "LAST LOG", "SLOW"]]
+    slow: dict[str, list[str]] = {}
+    for straggler in core.records.stragglers(views, now):
+        if straggler.current:  # its last windows: slow now
+            slow.setdefault(straggler.rank.view.name, []).append(f"rank {straggler.rank.rank} {straggler.ratio:.1f}x")
     for view in core.latest_attempt(views):
         rows.append([str(view.rank) if view.rank is not None else view.role, view.host or "-", view.address or "-",
                      view.name, _phase(view), view.attempt, str(view.restarts), view.progress or "-",
-                     _ago(view.last_log_time(), now)])
+                     _ago(view.last_log_time(), now), ", ".join(slow.get(view.name, [])) or "-"])
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     return [head] + ["  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip() for r in rows]
 

@@ -10,6 +10,7 @@ from pathlib import Path
 import yaml
 
 SOURCES = ("log", "event", "state")
+KINDS = ("root", "consequence")
 FILE = Path(__file__).with_name("signatures.yaml")
 
 
@@ -20,7 +21,12 @@ class Signature:
     pattern: re.Pattern
     cause: str
     fix: str
-    effect: bool = False
+    kind: str = "root"
+
+    @property
+    def effect(self) -> bool:
+        """A consequence: what a rank prints after another rank failed."""
+        return self.kind == "consequence"
 
     def describe(self, match: re.Match) -> tuple[str, str]:
         """cause and fix with {1}, {2}... filled from the match's groups (a group that did not take part: empty)."""
@@ -40,8 +46,10 @@ def load(path: str = str(FILE)) -> tuple[Signature, ...]:
     for entry in entries:
         if entry["source"] not in SOURCES:
             raise ValueError(f"{path}: signature {entry['id']}: source must be one of {', '.join(SOURCES)}")
+        if entry.get("kind") not in KINDS:
+            raise ValueError(f"{path}: signature {entry['id']}: kind must be one of {', '.join(KINDS)}")
         out.append(Signature(entry["id"], entry["source"], re.compile(entry["pattern"]), entry["cause"],
-                             entry["fix"], bool(entry.get("effect", False))))
+                             entry["fix"], entry["kind"]))
     return tuple(out)
 
 

@@ -13,6 +13,11 @@ and `__name__` as when torchrun runs it directly; torch.distributed.launch's
 path, where the script expects it. A script that uses `@record` itself keeps its own
 record: this runner then writes nothing over it. The folder of this file is appended to
 sys.path, so a script may `import torchdag_ddp` (docs/byo.md).
+
+It also starts torchdag_flight (beside this file) before the script runs: every rank then
+says in its log which collective it waits in, where it is stuck outside one, and how busy
+its steps are, for `torchdag diagnose` and `torchdag status` (TORCHDAG_RECORD=0: off); a
+script that fails in a collective (its timeout) says which on the way out.
 """
 
 from __future__ import annotations
@@ -40,14 +45,17 @@ def main() -> None:
     sys.argv = [script, *argv]
     sys.path[0] = os.path.dirname(os.path.abspath(script))
     sys.path.append(os.path.dirname(os.path.abspath(__file__)))
+    import torchdag_flight
     from torch.distributed.elastic.multiprocessing.errors import record
 
+    torchdag_flight.install()
     error_file = os.environ.get("TORCHELASTIC_ERROR_FILE", "")
 
     def run_script() -> None:
         try:
             runpy.run_path(script, run_name="__main__")
         except Exception:
+            torchdag_flight.report_failure()
             if error_file and os.path.exists(error_file):  # the script's own @record wrote it
                 traceback.print_exc()
                 raise SystemExit(1) from None
