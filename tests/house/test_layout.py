@@ -45,7 +45,9 @@ def lines_of(path) -> list[str]:
 # torchdag 4,500 -> 4,800 (issue 38): kubeconfigs as kubectl reads them, a NAME as a user
 # means it, the nodes at every size Argo stores them, the values a Chinese input method types.
 # testbed: 4800 + the real gang schedulers in the local cluster (testbed/cluster/schedulers.py, issue 40).
-FOLDER_BUDGETS = {"torchdag": 5000, "testbed": 5100, "trainer": 3000}
+# torchdag 5000 -> 5300 (issue 42): the typed Plan every consumer reads (torchdag/plan_model.py) and
+# `torchdag plan --json`.
+FOLDER_BUDGETS = {"torchdag": 5300, "testbed": 5100, "trainer": 3000}
 MODULE_LIMIT = 600
 
 
