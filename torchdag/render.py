@@ -89,12 +89,13 @@ def full_crd_problems(plan: Plan) -> list[Problem]:
 def status_budget(plan: Plan) -> tuple[int, int]:
     """Rule workflow-size: (attempts, bytes) of the status Argo keeps beside the spec (the
     catalogue's argoStatus); no bytes when the controller offloads node status."""
-    attempts = plan.values["failurePolicy"]["maxRestarts"] + 1
-    if plan.values["workflow"]["nodeStatusOffload"]:
+    typed = plan.typed
+    attempts = (typed.retry.limit if typed.retry else 0) + 1
+    if typed.job.node_status_offload:
         return attempts, 0
     facts = catalog()["argoStatus"]
-    others = {"podGroup": bool(plan.gang and plan.gang["manifest"]), "podNetwork": plan.network is not None,
-              "helpersTask": plan.values["agents"]["fromWorkflow"]}
+    others = {"podGroup": bool(typed.gang and typed.gang.pod_group), "podNetwork": typed.network.service,
+              "helpersTask": typed.helpers.from_workflow}
     pods = len(plan.nodes) + len(items(facts["otherPods"], others))
     return attempts, attempts * (facts["perAttempt"] + facts["perPod"] * pods)
 
