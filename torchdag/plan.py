@@ -63,6 +63,7 @@ class Shape:
     set_env: bool  # the command starts with the set_env.sh wrapper
     pod_security: tuple[str, ...] = ()  # the template's securityContext lines (torchdag/access.py), () for none
     if_ip: bool = False  # its nodes' address goes to HCCL_IF_IP (the hasIfIp fact)
+    labels: tuple[tuple[str, str], ...] = ()  # its nodes' own pod labels (nodes[].labels), sorted by key
 
 
 @dataclass(frozen=True)
@@ -395,11 +396,12 @@ def make_plan(values: dict) -> Plan:
         nic = node.get("nic") or (values["network"]["nic"] if pod else "")
         resources = _resources(node, values)
         facts = shape_facts(job, kind, devices, nic, address, "resources" in node)
+        labels = tuple(sorted((node.get("labels") or {}).items()))
         shared = {"accelerator": kind, "devices": devices, "resources": repr(resources), "hasIfIp": facts["hasIfIp"],
-                  "nicMode": nic if nic in ("", "auto") else "named"}
+                  "nicMode": nic if nic in ("", "auto") else "named", "labels": labels}
         key = tuple(shared[name] for name in catalog()["container"]["shapeKey"])
         if key not in specs:
-            specs[key] = _shape(values, facts, resources, mounts_driver)
+            specs[key] = {**_shape(values, facts, resources, mounts_driver), "labels": labels}
         placed.append((rank, index, node, kind, devices, address, nic, key))
 
     _shape_names(list(specs.values()))

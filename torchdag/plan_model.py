@@ -57,6 +57,7 @@ class ShapeSpec:
     resources: Resources
     ranks: tuple[int, ...]
     set_env_script: str | None  # Ascend's set_env.sh the command sources first, or None
+    labels: dict[str, str]  # its nodes' own pod labels (nodes[].labels)
 
 
 @dataclass(frozen=True)
@@ -77,6 +78,7 @@ class Node:
     master: bool
     elastic: bool  # an elastic member (elastic.minNodes): the job may go on without it
     if_ip: bool  # the Workflow sets HCCL_IF_IP to `address` (Ascend, host network, IPv4)
+    labels: dict[str, str]  # its pod's own labels (nodes[].labels), beside the job's
 
 
 @dataclass(frozen=True)
@@ -184,11 +186,11 @@ def typed_plan(values: dict, cat: dict, plan) -> TypedPlan:
     shapes = tuple(ShapeSpec(shape.name, shape.accelerator, shape.device, shape.devices,
                              _resources(shape.resources, resource_of(shape.accelerator)),
                              tuple(node.rank for node in nodes if node.shape is shape),
-                             values["ascend"]["setEnvScript"] if shape.set_env else None)
+                             values["ascend"]["setEnvScript"] if shape.set_env else None, dict(shape.labels))
                    for shape in plan.shapes)
     typed_nodes = tuple(Node(node.rank, node.index, node.task, node.name, node.address, node.nic or None,
                              node.shape.name, node.accelerator, node.shape.device, node.devices, node.rank == 0,
-                             node.rank >= plan.elastic_from, node.shape.if_ip)
+                             node.rank >= plan.elastic_from, node.shape.if_ip, dict(node.shape.labels))
                         for node in nodes)
     scheduling, timeouts = values["scheduling"], values["timeouts"]
     gang = None

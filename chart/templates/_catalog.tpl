@@ -510,7 +510,8 @@ The catalogue as JSON; read it with `include "torchdag.catalog" . | fromJson`. *
       "devices",
       "resources",
       "nicMode",
-      "hasIfIp"
+      "hasIfIp",
+      "labels"
     ],
     "shapeName": "{accelerator}-x{devices}",
     "shapeSuffixes": [
