@@ -61,6 +61,7 @@ def test_plan_json_tells_the_values_job(path, capsys):
         assert node["nic"] == (own.get("nic") or pod_default or None)
         if plan["network"]["mode"] == "host":
             assert node["address"] == own.get("address", own["name"])
+        assert node["labels"] == own.get("labels", {})
     assert job["world_size"] == sum(node.get("devices", 1) for node in written)
     by_name = {shape["name"]: shape for shape in plan["shapes"]}
     assert sorted(rank for shape in plan["shapes"] for rank in shape["ranks"]) == list(range(len(nodes)))
@@ -96,6 +97,11 @@ def test_plan_json_tells_the_workflows_job(path, capsys):
         assert ("if-ip" in given) == node["if_ip"]
         if node["if_ip"]:
             assert given["if-ip"] == node["address"]
+    templates = {t["name"]: t for t in workflow["spec"]["templates"]}
+    everyones = {key for node in plan["nodes"] for key in node["labels"]}
+    for node in plan["nodes"]:  # a node's own labels on its pod's template, and no other node's
+        labels = templates[node["shape"]]["metadata"]["labels"]
+        assert {key: labels[key] for key in everyones if key in labels} == node["labels"]
     retry = plan["retry"]
     printed = [t["retryStrategy"] for t in workflow["spec"]["templates"] if "retryStrategy" in t]
     if retry is None:
