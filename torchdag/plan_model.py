@@ -183,9 +183,12 @@ def typed_plan(values: dict, cat: dict, plan) -> TypedPlan:
     def resource_of(kind: str) -> str | None:
         return resource_names.get(kind) or cat["accelerators"][kind].get("resource") or None
 
+    ranks: dict[str, list[int]] = {}
+    for node in nodes:  # one pass: 4,096 machines over up to 200 shapes
+        ranks.setdefault(node.shape.name, []).append(node.rank)
     shapes = tuple(ShapeSpec(shape.name, shape.accelerator, shape.device, shape.devices,
                              _resources(shape.resources, resource_of(shape.accelerator)),
-                             tuple(node.rank for node in nodes if node.shape is shape),
+                             tuple(ranks.get(shape.name, ())),
                              values["ascend"]["setEnvScript"] if shape.set_env else None, dict(shape.labels))
                    for shape in plan.shapes)
     typed_nodes = tuple(Node(node.rank, node.index, node.task, node.name, node.address, node.nic or None,
