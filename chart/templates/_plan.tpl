@@ -83,7 +83,8 @@ names. Usage: include "torchdag.plan" (dict "root" $ "plan" $plan)
 {{- $resourcesKey := printf "%s|%d|%s" $kind $devices (ternary (toJson $node.resources) "-" (hasKey $node "resources")) -}}
 {{- if not (hasKey $resourcesByKey $resourcesKey) }}{{ $_ := set $resourcesByKey $resourcesKey (include "torchdag.resources" (dict "node" $node "values" $v "entry" $entry "kind" $kind "devices" $devices) | fromJson) }}{{ end -}}
 {{- $resources := index $resourcesByKey $resourcesKey -}}
-{{- $shared := dict "accelerator" $kind "devices" $devices "resources" (toJson $resources) "nicMode" $nicMode "hasIfIp" $hasIfIp "labels" (toJson ($node.labels | default dict)) -}}
+{{- $shared := dict "accelerator" $kind "devices" $devices "resources" (toJson $resources) "nicMode" $nicMode "hasIfIp" $hasIfIp -}}
+{{- $_ := set $shared "labels" (toJson ($node.labels | default dict)) -}}
 {{- $key := list }}{{ range $container.shapeKey }}{{ $key = append $key (index $shared .) }}{{ end }}{{ $key = toJson $key -}}
 {{- if not (hasKey $shapeByKey $key) -}}
 
