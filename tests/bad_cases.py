@@ -192,6 +192,11 @@ BAD_CASES = [
                [{"name": "drv", "mountPath": "/usr/local/Ascend/driver/lib64/", "hostPath": {"path": "/opt/drv"}}])),
     _case("volume-on-dev-shm-spelled-otherwise", "volumes[0].mountPath", "is /dev/shm, which torchdag mounts",
           _set("volumes", [{"name": "shm", "mountPath": "//dev/./shm/", "hostPath": {"path": "/tmp"}}])),
+    # Issue 37: the helpers' ConfigMap is mounted read-only at its folder (agents.fromWorkflow).
+    _case("volume-on-the-helpers-folder", "volumes[0].mountPath", "is where the Workflow mounts torchdag's helpers",
+          _set("volumes", [{"name": "c", "mountPath": "/opt/torchdag/trainer/agents/", "hostPath": {"path": "/c"}}])),
+    _case("volume-inside-the-helpers-folder", "volumes[0].mountPath", "set agents.fromWorkflow: false",
+          _set("volumes", [{"name": "x", "mountPath": "/opt/torchdag/trainer/agents/x", "hostPath": {"path": "/c"}}])),
     # Issue 8: launcher flags torchdag plans, its own label prefix, gang and token rules
     _case("extra-args-override-node-rank", "launcher.extraArgs[1]", "sets a launcher flag torchdag plans itself",
           _set("launcher", {"extraArgs": ["--monitor_interval=1", "--node-rank=0"]})),
@@ -389,6 +394,9 @@ FIT_CASES += [
           _all(_set("failurePolicy", {"maxRestarts": 1}), _set("timeouts", {"workflowDeadline": 30}))),
     _case("restarts-many", "failurePolicy.maxRestarts", "100 restarts cannot all happen",
           _set("failurePolicy", {"maxRestarts": 100})),
+    # Issue 37: under node recovery --max-restarts is failurePolicy.maxRestarts.
+    _case("launcher-restarts-node-recovery", "launcher.maxRestarts", "would be silently replaced",
+          _all(_set("failurePolicy", {"maxRestarts": 2}), _set("launcher", {"maxRestarts": 3}))),
 ]
 
 
@@ -418,7 +426,7 @@ def fit_values(values: dict) -> dict:
     if elastic.get("minNodes") and (not policy.get("maxRestarts") or policy.get("recovery") == "job"
                                     or elastic["minNodes"] > len(values["nodes"])):
         elastic.pop("minNodes")  # refusals: tests/render/test_elastic_render.py
-    launcher = values.get("launcher") or {}  # under node recovery the agents' restarts are the policy's
+    launcher = values.get("launcher") or {}  # under node recovery --max-restarts is failurePolicy's
     if policy.get("maxRestarts") and policy.get("recovery", "node") == "node" and launcher.get("maxRestarts"):
-        launcher.pop("maxRestarts")  # refusal: rule launcher-restarts-node-recovery
+        launcher["maxRestarts"] = 0  # refusal: FIT_CASES' launcher-restarts-node-recovery
     return values

@@ -101,13 +101,15 @@ def status_budget(plan: Plan) -> tuple[int, int]:
 
 
 def size_problem(plan: Plan, kind: str, spec_bytes: int) -> Problem | None:
-    limit = catalog()["argoStatus"]["maxBytes"]
+    facts = catalog()["argoStatus"]
+    limit = facts["maxBytes"]
     attempts, status = status_budget(plan)
     if spec_bytes + status <= limit:
         return None
+    helpers = facts["helpersAdvice"] if plan.values["agents"]["fromWorkflow"] else ""
     return problem("workflow-size-spec" if spec_bytes > limit else "workflow-size-status", ("nodes",),
                    count=len(plan.nodes), kind=kind, bytes=spec_bytes, limit=limit, attempts=attempts, status=status,
-                   restarts=attempts - 1)
+                   restarts=attempts - 1, helpers=helpers)
 
 
 def _kind(document: yaml.MappingNode) -> str:

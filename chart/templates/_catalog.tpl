@@ -93,6 +93,7 @@ The catalogue as JSON; read it with `include "torchdag.catalog" . | fromJson`. *
     "/run/argo"
   ],
   "argoStatus": {
+    "helpersAdvice": ", carry the helpers in the image (agents.fromWorkflow: false)",
     "maxBytes": 1048576,
     "otherPods": [
       "watch",
@@ -876,7 +877,7 @@ The catalogue as JSON; read it with `include "torchdag.catalog" . | fromJson`. *
     "volume-on-driver": "{shown} is where torchdag mounts the Ascend driver ({mount}); set ascend.mountDriver: false to mount the driver yourself",
     "volume-on-shm": "{shown} is /dev/shm, which torchdag mounts (shmSize); set shmSize: \"\" to mount your own",
     "workflow-size-spec": "{count} nodes make a {kind} of {bytes} bytes as the API server stores it (JSON), over the {limit}-byte limit Argo's controller holds a Workflow to (it ends a larger one in Error before its first pod): split the job, or shorten args, env and names",
-    "workflow-size-status": "{count} nodes make a {kind} of {bytes} bytes (JSON), and Argo's status for {attempts} attempt(s) adds about {status} bytes (failurePolicy.maxRestarts {restarts}): over the {limit} bytes Argo keeps in one object, so the Workflow would end in Error mid-run; lower failurePolicy.maxRestarts, split the job, or, if the controller offloads node status to a database, set workflow.nodeStatusOffload"
+    "workflow-size-status": "{count} nodes make a {kind} of {bytes} bytes (JSON), and Argo's status for {attempts} attempt(s) adds about {status} bytes (failurePolicy.maxRestarts {restarts}): over the {limit} bytes Argo keeps in one object, so the Workflow would end in Error mid-run; lower failurePolicy.maxRestarts, split the job{helpers}, or, if the controller offloads node status to a database, set workflow.nodeStatusOffload"
   },
   "network": {
     "masterAddress": "{master}.{run}.{{ "{{" }}workflow.namespace}}.svc.{clusterDomain}",

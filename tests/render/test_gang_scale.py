@@ -34,7 +34,8 @@ def rendered(tmp_path_factory) -> dict:
 
 def test_a_kueue_gang_of_4096_machines_is_one_podset(rendered):
     templates = {t["name"]: t for t in rendered["kueue"]["spec"]["templates"]}
-    training = [t for t in templates.values() if "container" in t and t["name"] != "gang-watch"]
+    training = [t for t in templates.values()
+                if "container" in t and "torchdag.io/role" not in (t.get("metadata") or {}).get("labels", {})]
     assert [t["name"] for t in training] == ["ascend910-x8"]
     for template in training:
         annotations = template["metadata"]["annotations"]

@@ -38,9 +38,15 @@ def helm_template(helm, path):
 @pytest.mark.scale
 def test_4096_nodes_of_8_fit_with_one_restart_not_two_unless_offloaded(helm, tmp_path):
     """The schema's largest job: at most 100 bytes of spec a machine (the nodes in loop
-    tasks), so with one restart it fits beside the status Argo writes; with two only when
-    the controller offloads node status."""
+    tasks), so with one restart it fits beside the status Argo writes when the image holds
+    the helpers (the Workflow's own ConfigMap of them, with the scheduling watch's files, is
+    about 48 KB: then the guard says so); with two only when the controller offloads node status."""
     path = big_values(tmp_path / "big.yaml", 4096, "failurePolicy: {maxRestarts: 1}\n")
+    with pytest.raises(ValuesError, match=r"split the job, carry the helpers in the image \(agents.fromWorkflow: "
+                                          r"false\), or, if the controller offloads node status"):
+        pipeline.run(path)
+    assert "carry the helpers in the image (agents.fromWorkflow: false)" in helm_template(helm, path).stderr
+    path = big_values(path, 4096, "failurePolicy: {maxRestarts: 1}\nagents: {fromWorkflow: false}\n")
     (document,) = check_documents(pipeline.run(path).text)
     assert json_size(document) <= 100 * 4096
     assert helm_template(helm, path).returncode == 0

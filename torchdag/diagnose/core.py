@@ -260,7 +260,8 @@ def _rbac_role(first: Finding, namespace: str) -> None:
         if rule:
             verbs = ", ".join(rule["verbs"][:-1]) + f" and {rule['verbs'][-1]}" if len(rule["verbs"]) > 1 \
                 else rule["verbs"][0]
-            first.cause = (f"the API refused the ServiceAccount the job's pods run as: it may not {verb} {resource} (RBAC); "
+            first.cause = (f"the API refused the ServiceAccount the job's pods run as: it may not {verb} {resource} "
+                           f"(RBAC); "
                            f"{verbs} on {resource} are needed for {grant['why']}")
             first.fix = (f"kubectl apply -n {namespace} -f {entry['folder']}/{name}.yaml (the Role "
                          f"{entry['roleName'].replace('{name}', name)}, docs/rbac.md; with the chart, rbac.create)")
