@@ -106,7 +106,7 @@ def size_problem(plan: Plan, kind: str, spec_bytes: int) -> Problem | None:
     attempts, status = status_budget(plan)
     if spec_bytes + status <= limit:
         return None
-    helpers = facts["helpersAdvice"] if plan.values["agents"]["fromWorkflow"] else ""
+    helpers = facts["helpersAdvice"] if plan.typed.helpers.from_workflow else ""
     return problem("workflow-size-spec" if spec_bytes > limit else "workflow-size-status", ("nodes",),
                    count=len(plan.nodes), kind=kind, bytes=spec_bytes, limit=limit, attempts=attempts, status=status,
                    restarts=attempts - 1, helpers=helpers)
