@@ -73,8 +73,15 @@ BENCH_VENV := .venv-bench
 ASCEND_VENV := .venv-ascend
 ASCEND_STAMP := $(ASCEND_VENV)/.installed
 ASCEND_REQ := requirements-ascend-test.txt
+# torchdag_ddp under the torch of the 310P images' torch_npu 2.1 stack (make torch21-check).
+TORCH21_VENV := .venv-torch21
+TORCH21_STAMP := $(TORCH21_VENV)/.installed
 
-.PHONY: help setup render check helm test test-fast golden smoke chart-sync bench bench-cluster bench-tiers lint clean ascend-venv argo-lint go-tools cluster-up cluster-schedulers cluster-nodes cluster-kubelet cluster-down e2e
+<<<<<<< HEAD
+.PHONY: help setup render check helm test test-fast golden smoke chart-sync bench bench-cluster bench-status bench-tiers lint clean ascend-venv argo-lint go-tools cluster-up cluster-schedulers cluster-nodes cluster-kubelet cluster-down e2e
+=======
+.PHONY: help setup render check helm test test-fast golden smoke chart-sync bench bench-cluster bench-tiers lint clean ascend-venv argo-lint go-tools cluster-up cluster-schedulers cluster-nodes cluster-kubelet cluster-down e2e torch21-check
+>>>>>>> h44
 
 # Each target's `## ` text, in one column after the longest name (awk: no fixed tab stop to outgrow).
 help: ## list the targets
@@ -319,10 +326,23 @@ $(BENCH_VENV)/.installed: requirements-bench.txt
 	$(BENCH_VENV)/bin/python -m pip install --quiet --disable-pip-version-check -r requirements-bench.txt
 	touch $@
 
-bench: $(VENV_STAMP) $(HELM) $(BENCH_VENV)/.installed bench-cluster bench-tiers ## render, helm and TorchX side by side; Argo's status per pod; trainer overhead; scale on the real controller; what each test tier costs (numbers, not pass/fail)
+bench: $(VENV_STAMP) $(HELM) $(BENCH_VENV)/.installed bench-cluster bench-tiers ## render, helm and TorchX side by side; Argo's status per pod; trainer overhead; scale on the real controller; what each test tier costs; torchdag_ddp with the stand-in device beside the CPU (numbers, not pass/fail)
 	HELM=$(abspath $(HELM)) $(PY) bench/bench_render.py
 	$(PY) bench/bench_status.py
 	$(PY) bench/bench_trainer.py
+	$(PY) bench/bench_torchdag_ddp.py
+
+# Not part of `make test`: a venv of its own with torch 2.1.0 (requirements-torch21.txt) runs
+# torchdag_ddp's stand-in test (tests/trainer/test_torchdag_ddp.py) there; PYTHON_SYS must be
+# Python 3.8 to 3.11, the versions torch 2.1.0 has wheels for. docs/byo.md records its result.
+$(TORCH21_STAMP): requirements-torch21.txt requirements-fast.txt requirements-render.txt
+	rm -rf $(TORCH21_VENV)
+	$(PYTHON_SYS) -m venv $(TORCH21_VENV)
+	$(TORCH21_VENV)/bin/python -m pip install $(PIP_FLAGS) -r requirements-torch21.txt
+	touch $@
+
+torch21-check: $(TORCH21_STAMP) ## torchdag_ddp's stand-in test under torch 2.1 (310P images' torch_npu 2.1): its own venv (about 5 GB), a few minutes
+	$(TORCH21_VENV)/bin/python -m pytest -n 2 --dist loadgroup -p no:cacheprovider tests/trainer/test_torchdag_ddp.py
 
 bench-tiers: $(VENV_STAMP) ## make test-fast and make test (warm) timed against their budgets (3 and 25 minutes), and .ci/run in a fresh clone with empty caches (75); the test time per folder (about two hours)
 	$(PY) bench/bench_tiers.py
@@ -333,6 +353,20 @@ bench-cluster: $(VENV_STAMP) $(CLUSTER_BINS) $(WORKFLOW_CONTROLLER) $(ARGOEXEC) 
 	$(PY) bench/bench_cluster.py --nodes $(SCALE_NODES)
 	$(PY) bench/bench_cluster.py --recovery node --nodes $(RECOVERY_NODES)
 	$(PY) bench/bench_cluster.py --recovery job --nodes $(RECOVERY_NODES)
+
+# Argo's status per shape on the real controller, through each shape's failures to the Workflow's end,
+# with the controller settings docs/e2e.md recommends past 500 machines; each run's dump goes to
+# STATUS_DUMP and its row into bench/status_measured.json (what the model and the guard are held to).
+STATUS_NODES ?= 256 1024
+STATUS_SHAPES ?= job node elastic
+STATUS_HOST_LENGTHS ?= 0 63
+STATUS_DUMP ?= bench/results/status
+bench-status: $(VENV_STAMP) $(CLUSTER_BINS) $(WORKFLOW_CONTROLLER) $(ARGOEXEC) $(KUBECTL) $(POSTGRES) ## Argo's status per shape (job, node, elastic) through failures at STATUS_NODES machines, short and 63-character host names, on the real controller; rows into bench/status_measured.json (hours)
+	for length in $(STATUS_HOST_LENGTHS); do for shape in $(STATUS_SHAPES); do \
+		$(PY) bench/bench_cluster.py --status $$shape --host-length $$length --nodes $(STATUS_NODES) --hold 7200 \
+			--qps 100 --burst 200 --rate-limit 10 25 --dump $(STATUS_DUMP) || exit 1; \
+	done; done
+	$(PY) bench/bench_status.py --record $(STATUS_DUMP)/*.json.gz
 
 lint: $(FAST_STAMP) ## ruff (pyproject.toml) on the Python, yamllint on the golden Workflows (what users review)
 	$(FAST_VENV)/bin/ruff check .

@@ -45,19 +45,27 @@ import argparse
 import base64
 import gzip
 import json
+import os
 import signal
 import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+
+from kubernetes.client.exceptions import ApiException
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from testbed.cluster import procs  # noqa: E402
+from bench_status import go_gzip_size, hashed_hosts  # noqa: E402
+
+from testbed.cluster import postgres, procs  # noqa: E402
 from testbed.cluster.layout import Layout  # noqa: E402
 from testbed.cluster.up import Cluster  # noqa: E402
+from testbed.kube import Kube  # noqa: E402
+from testbed.kubelet.pods import NO_EXEC_EXIT  # noqa: E402
 from torchdag.catalog import catalog  # noqa: E402
 from torchdag.errors import ValuesError  # noqa: E402
 from torchdag.pipeline import load, validate  # noqa: E402
@@ -67,10 +75,15 @@ from torchdag.render import check_documents, json_size, render, status_budget  #
 KUBECTL = REPO / ".tools" / "bin" / "kubectl"
 
 
-def kubectl(layout: Layout, *args: str, stdin: str | None = None) -> str:
-    done = subprocess.run([str(KUBECTL), f"--kubeconfig={layout.kubeconfig}", *args], input=stdin,
-                          capture_output=True, text=True, timeout=600)
-    if done.returncode:
+def kubectl(layout: Layout, *args: str, stdin: str | None = None, check: bool = True) -> str:
+    for _ in range(5):  # a read the loaded API server timed out is asked again
+        done = subprocess.run([str(KUBECTL), f"--kubeconfig={layout.kubeconfig}", *args], input=stdin,
+                              capture_output=True, text=True, timeout=600)
+        if not (done.returncode and args[0] == "get" and ("Timeout" in done.stderr or "timed out" in done.stderr
+                                                         or "unable to return a response" in done.stderr)):
+            break
+        time.sleep(5)
+    if done.returncode and check:
         raise SystemExit(f"kubectl {' '.join(args[:3])}: {done.stderr.strip()}")
     return done.stdout
 
@@ -83,16 +96,26 @@ def minimal_workflow_crd(layout: Layout) -> None:
     kubectl(layout, "apply", "--server-side", "--force-conflicts", "-f", str(crd))
 
 
-def values_file(folder: Path, n: int, recovery: str = "job") -> Path:
-    nodes = "".join(f"  - {{name: npu-{i:04d}, address: 198.18.{i // 250}.{i % 250 + 1}, nic: eth0, "
+def host_names(n: int, length: int) -> list[str]:
+    """n Kubernetes host names: npu-0000... (length 0), or names of exactly `length` characters drawn
+    as a hash draws them (bench_status.hashed_hosts): long hashed cloud host names, the hardest for gzip."""
+    return hashed_hosts(n, length) if length else [f"npu-{i:04d}" for i in range(n)]
+
+
+def values_file(folder: Path, n: int, recovery: str = "job", max_restarts: int = 1, elastic: int = 0,
+                host_length: int = 0, offload: bool = False) -> Path:
+    hosts = host_names(n, host_length)
+    nodes = "".join(f"  - {{name: {hosts[i]}, address: 198.18.{i // 250}.{i % 250 + 1}, nic: eth0, "
                     "accelerator: ascend910, devices: 8}\n" for i in range(n))
     path = folder / f"scale-{n}.yaml"
     # The helpers come with the image: under --no-exec the helpers' ConfigMap task would be a pod
     # held Running --hold seconds like any other, and every node waits for it.
     path.write_text("name: scale\nimage: registry.example.com/train:1.0\nscript: /code/train.py\n"
-                    f"failurePolicy: {{maxRestarts: 1, backoffSeconds: 1, recovery: {recovery}}}\n"
-                    "agents: {fromWorkflow: false}\n"
-                    f"workflow: {{podGC: ''}}\nnodes:\n{nodes}", encoding="utf-8")
+                    f"failurePolicy: {{maxRestarts: {max_restarts}, backoffSeconds: 1, recovery: {recovery}}}\n"
+                    + (f"elastic: {{minNodes: {elastic}, rejoinSeconds: 60}}\n" if elastic else "")
+                    + "agents: {fromWorkflow: false}\n"
+                    f"workflow: {{podGC: '', nodeStatusOffload: {str(offload).lower()}}}\nnodes:\n{nodes}",
+                    encoding="utf-8")
     return path
 
 
@@ -106,12 +129,21 @@ def status_nodes(status: dict) -> dict:
 def packed_size(wf: dict) -> int:
     """The Workflow's JSON size with status.nodes as Argo packs them (workflow/packer:
     JSON, gzip at Go's default level, base64 in status.compressedNodes): what Argo holds
-    against its 1 MiB limit once the plain form is over it."""
+    against its 1 MiB limit once the plain form is over it. Argo measures the object its
+    informer holds, managedFields included (read with --show-managed-fields): while the nodes
+    are plain they list every node's fields; packed, one `f:compressedNodes`, as counted here."""
     status = dict(wf.get("status") or {})
-    if status.get("nodes"):
+    if status.get("nodes"):  # packed as Go's gzip packs it (bench_status.go_gzip_size): its length is what counts
         text = json.dumps(status.pop("nodes"), separators=(",", ":")).encode()
-        status["compressedNodes"] = base64.b64encode(gzip.compress(text, compresslevel=6)).decode()
-    return len(json.dumps(dict(wf, status=status), separators=(",", ":")))
+        status["compressedNodes"] = "x" * go_gzip_size(text)
+    meta = dict(wf.get("metadata") or {})
+    if meta.get("managedFields"):
+        meta["managedFields"] = json.loads(json.dumps(meta["managedFields"]))
+        for entry in meta["managedFields"]:
+            owned = (entry.get("fieldsV1") or {}).get("f:status") or {}
+            if owned.pop("f:nodes", None) is not None:
+                owned["f:compressedNodes"] = {}
+    return len(json.dumps(dict(wf, metadata=meta, status=status), separators=(",", ":")))
 
 
 def guard(values: Path) -> tuple[str, object, str]:
@@ -162,7 +194,7 @@ def measure(layout: Layout, folder: Path, n: int, crd: str, controller: dict, st
     wf: dict = {}
     deleted_at = first_deleted_at = said_at = second_seen_at = 0.0
     while time.monotonic() - start < 3600:
-        wf = json.loads(kubectl(layout, "get", "workflow", name, "-o", "json"))
+        wf = json.loads(kubectl(layout, "get", "workflow", name, "-o", "json", "--show-managed-fields"))
         status = wf.get("status") or {}
         row["largest_bytes"] = max(row["largest_bytes"], len(json.dumps(wf, separators=(",", ":"))))
         row["largest_packed_bytes"] = max(row["largest_packed_bytes"], packed_size(wf))
@@ -219,6 +251,15 @@ def training_pods(layout: Layout, name: str) -> dict[str, tuple[str, str]]:
     return {uid: (pod, phase) for uid, pod, phase in (line.split() for line in text.splitlines() if line.strip())}
 
 
+def ranked_training_pods(layout: Layout, name: str) -> dict[str, tuple[str, str, str]]:
+    """Each training pod's uid: (name, phase, node rank)."""
+    text = kubectl(layout, "get", "pods", "-l", f"workflows.argoproj.io/workflow={name},torchdag.io/node-rank", "-o",
+                   "jsonpath={range .items[*]}{.metadata.uid} {.metadata.name} {.status.phase} "
+                   "{.metadata.labels.torchdag\\.io/node-rank}{\"\\n\"}{end}")
+    return {uid: (pod, phase, rank) for uid, pod, phase, rank in
+            (line.split() for line in text.splitlines() if len(line.split()) == 4)}
+
+
 def first_attempt_pods(layout: Layout, name: str) -> list[str]:
     """Pods of the DAG's first attempt (Argo's node names `NAME(0).…`): the training pods and
     the scheduling watch, which a real job's watch ends once every pod is placed but a
@@ -256,7 +297,7 @@ def measure_recovery(layout: Layout, folder: Path, n: int, recovery: str) -> dic
     deleted_at = 0.0
     wf: dict = {}
     while time.monotonic() - start < 3600:
-        wf = json.loads(kubectl(layout, "get", "workflow", name, "-o", "json"))
+        wf = json.loads(kubectl(layout, "get", "workflow", name, "-o", "json", "--show-managed-fields"))
         if (wf.get("status") or {}).get("phase") in ("Succeeded", "Failed", "Error"):
             break
         pods = training_pods(layout, name)
@@ -291,6 +332,155 @@ def measure_recovery(layout: Layout, folder: Path, n: int, recovery: str) -> dic
     return row
 
 
+def offloaded_nodes(layout: Layout, wf: dict) -> dict:
+    """The node status Argo offloaded to the cluster's PostgreSQL (status.offloadNodeStatusVersion):
+    the table's `nodes` for the Workflow's uid and that version."""
+    version = (wf.get("status") or {}).get("offloadNodeStatusVersion")
+    if not version:
+        return {}
+    port = json.loads(layout.state.read_text())["ports"]["postgres"]
+    query = (f"select nodes from {postgres.TABLE} where uid = '{wf['metadata']['uid']}' "
+             f"and version = '{version}'")
+    done = subprocess.run([str(postgres.PG_BIN / "psql"), "-h", "127.0.0.1", "-p", str(port), "-U", postgres.ROLE,
+                           "-d", postgres.DATABASE, "-At", "-c", query], capture_output=True, text=True, timeout=120,
+                          env={"PGPASSWORD": postgres.password(layout), "PATH": "/usr/bin:/bin"})
+    return json.loads(done.stdout) if done.returncode == 0 and done.stdout.strip() else {}
+
+
+def held_size(layout: Layout, wf: dict, offloaded: dict | None = None) -> tuple[int, dict]:
+    """What Argo would hold of the Workflow without a database (its JSON, status.nodes packed
+    as workflow/packer packs them), and the nodes: read back from the database when offloaded
+    (or `offloaded`, the nodes read back a moment ago: megabytes a read at thousands of machines)."""
+    status = wf.get("status") or {}
+    nodes = status_nodes(status) or (offloaded if offloaded is not None else offloaded_nodes(layout, wf))
+    if status.get("offloadNodeStatusVersion") and nodes:
+        status = {k: v for k, v in status.items() if k != "offloadNodeStatusVersion"}
+        wf = dict(wf, status=dict(status, nodes=nodes))
+    return packed_size(wf), nodes
+
+
+STAGES = {"job": ("job",), "node": ("worker", "master"), "elastic": ("worker", "master")}
+
+
+def fail_pods(layout: Layout, deleted: list[str], failing: list[str]) -> None:
+    """A node's loss: its pod deleted; and the pods whose ranks fail with it end with exit code 1
+    (the process kubelet's annotation, as their torchrun would exit). Sixteen requests at a
+    time: one kubectl a pod takes minutes for a thousand on a loaded machine."""
+    kube = Kube(str(layout.kubeconfig))
+
+    def request(method: str, pod: str, body: dict | None) -> None:
+        try:
+            kube.request(method, f"/api/v1/namespaces/default/pods/{pod}", body=body,
+                         content_type="application/merge-patch+json" if body else None)
+        except ApiException as err:
+            if err.status != 404:  # a pod gone meanwhile is no matter
+                raise
+
+    with ThreadPoolExecutor(16) as pool:
+        list(pool.map(lambda pod: request("DELETE", pod, None), deleted))
+        list(pool.map(lambda pod: request("PATCH", pod, {"metadata": {"annotations": {NO_EXEC_EXIT: "1"}}}), failing))
+
+
+def release_held_pods(layout: Layout) -> None:
+    """Tell the process kubelet the measurements are done: every pod it holds Running ends Succeeded
+    (SIGUSR1), as a job's pods end together once training is done."""
+    os.kill(int(layout.pid_file("kubelet").read_text()), signal.SIGUSR1)
+
+
+def measure_status(layout: Layout, folder: Path, n: int, shape: str, host_length: int, offload: bool,
+                   dump: Path | None, losses: tuple[str, ...] = (), controller: dict | None = None) -> dict:
+    """Argo's status for one shape through its failures, on to the Workflow's end: the packed
+    size once every training pod runs and Argo's status says so, again after each failure once
+    every pod runs again, at the end, and the largest seen (each read every few seconds).
+    Failures: `job`, every pod of the first attempt deleted (a real job's survivors fail within a
+    second of losing a peer); `worker`, one pod of node rank n/2 deleted, which node recovery
+    retries alone; `master`, every pod deleted, the master's first: under node recovery the
+    master's loss takes the rendezvous store with it, and every node's own retry starts its pod
+    again (docs/trainer.md)."""
+    recovery = "job" if shape == "job" else "node"
+    stages = losses or STAGES[shape]
+    values = values_file(folder, n, recovery, max_restarts=len(stages), elastic=n - n // 8 if shape == "elastic" else 0,
+                         host_length=host_length, offload=offload)
+    verdict, plan, text = guard(values)
+    (document,) = check_documents(text)
+    spec = json_size(document)
+    attempts, budget = status_budget(plan)
+    workflow = folder / f"status-{shape}-{n}.yaml"
+    workflow.write_text(text, encoding="utf-8")
+    subprocess.run([sys.executable, "-m", "testbed.cluster", "--dir", str(layout.root), "nodes", str(values)],
+                   cwd=REPO, check=True, capture_output=True)
+    start = time.monotonic()
+    name = kubectl(layout, "create", "-f", str(workflow), "-o", "name").strip().split("/")[-1]
+    row = {"nodes": n, "shape": shape, "host_length": host_length or len(host_names(1, 0)[0]), "offload": offload,
+           "guard": verdict, "spec_bytes": spec, "budget_bytes": spec + budget, "bytes": {}, "seconds": {},
+           "largest_packed_bytes": 0, "compressed": False, "offloaded": False, "controller": controller}
+    losses = list(stages)  # the failures still to make, in order
+    stage, want = "running", n  # what is measured next, once `want` new training pods run
+    before: dict = {}
+    asked: set[str] = set()  # pods already made to fail
+    lost_at = said_at = read_at = 0.0
+    wf, nodes = {}, {}
+    while time.monotonic() - start < 6 * 3600:
+        polled = time.monotonic()
+        wf = json.loads(kubectl(layout, "get", "workflow", name, "-o", "json", "--show-managed-fields"))
+        status = wf.get("status") or {}
+        fresh = time.monotonic() - read_at > 60 or not status.get("offloadNodeStatusVersion")
+        size, nodes = held_size(layout, wf, None if fresh else nodes)
+        read_at = read_at if not fresh else time.monotonic()
+        row["largest_packed_bytes"] = max(row["largest_packed_bytes"], size)
+        row["compressed"] |= bool(status.get("compressedNodes"))
+        row["offloaded"] |= bool(status.get("offloadNodeStatusVersion"))
+        if status.get("phase") in ("Succeeded", "Failed", "Error"):
+            break
+        pods = ranked_training_pods(layout, name)
+        running = [uid for uid, (_, phase, _) in pods.items() if phase == "Running"]
+        shown = sum(1 for node in nodes.values() if node.get("type") == "Pod" and node.get("phase") == "Running"
+                    and any(p.get("name") == "node-rank" for p in (node.get("inputs") or {}).get("parameters") or []))
+        again = [uid for uid in running if uid not in before]
+        if time.monotonic() - said_at > 60:
+            said_at = time.monotonic()
+            print(f"{said_at - start:.0f} s: {status.get('phase')}, waiting for {stage}: {len(running)} training "
+                  f"pods Running ({len(again)} new), {shown} in the status; {size} B packed", file=sys.stderr,
+                  flush=True)
+        if stage and len(running) >= n and shown >= n and len(again) >= want:
+            row["bytes"][stage] = size
+            row["seconds"][stage] = round(time.monotonic() - (lost_at or start), 1)
+            stage = losses.pop(0) if losses else None
+            if not stage:  # every stage measured: the job's pods end, and with them the Workflow
+                release_held_pods(layout)
+            else:
+                # The lost node's pod is deleted (rank n/2's, or the master's); under `job` and
+                # `master` every other rank's torchrun then exits 1 (a peer lost; the rendezvous store lost).
+                lost = next(uid for uid in running if pods[uid][2] == ("0" if stage == "master" else str(n // 2)))
+                survivors = [] if stage == "worker" else [pods[uid][0] for uid in running if uid != lost]
+                fail_pods(layout, [pods[lost][0]], survivors)
+                asked = set(survivors) | {pods[lost][0]}
+                before, lost_at, want = pods, time.monotonic(), 1 if stage == "worker" else n
+        elif stage == "job":
+            # Argo creates a deleted pod again in place when its status is behind: the first
+            # attempt's pods are kept failing until it ends.
+            kept = {pods[uid][0] for uid in again} | asked
+            failing = [pod for pod in first_attempt_pods(layout, name) if pod not in kept]
+            fail_pods(layout, [], failing)
+            asked.update(failing)
+        # Each read (a megabyte of Workflow, thousands of pods) costs the loaded machine: at most a third of it here.
+        time.sleep(max(2.0, 2 * (time.monotonic() - polled)))
+    status = wf.get("status") or {}
+    size, nodes = held_size(layout, wf)
+    row["bytes"]["end"] = size
+    row["largest_packed_bytes"] = max(row["largest_packed_bytes"], size)
+    row.update(phase=status.get("phase"), message=status.get("message", ""), pod_nodes=sum(
+        1 for node in nodes.values() if node.get("type") == "Pod"), total_s=round(time.monotonic() - start, 1))
+    row["status_bytes"] = row["largest_packed_bytes"] - spec
+    if dump:
+        dump.mkdir(parents=True, exist_ok=True)
+        target = dump / f"status-{shape}-{n}-h{row['host_length']}.json.gz"
+        target.write_bytes(gzip.compress(json.dumps({"spec_bytes": spec, "row": row, "workflow": wf,
+                                                      "nodes": nodes}).encode()))
+    kubectl(layout, "delete", "workflow", name, "--wait=true")
+    return row
+
+
 def agreement(row: dict) -> str:
     """The guard's verdict against Argo's: a Workflow the guard lets through must never
     grow past the limit; one it refuses should be one Argo ends in Error."""
@@ -319,6 +509,19 @@ def main() -> int:
     parser.add_argument("--keep", help="cluster directory to use and keep (default: a temporary one, removed)")
     parser.add_argument("--recovery", choices=("node", "job"),
                         help="measure one failure's cost under failurePolicy.recovery node or job instead")
+    parser.add_argument("--status", choices=tuple(STAGES),
+                        help="measure Argo's status for this shape through its failures to the Workflow's end "
+                             "instead (job: one whole-job restart; node, elastic: a worker's loss, then the master's)")
+    parser.add_argument("--host-length", type=int, default=0,
+                        help="with --status: host names of this many characters, each its own, as a hash makes "
+                             "them (default: npu-0000...)")
+    parser.add_argument("--offload", action="store_true",
+                        help="with --status: the controller offloads node status to the cluster's PostgreSQL and the "
+                             "values say so (workflow.nodeStatusOffload); default: a controller without a database")
+    parser.add_argument("--lose", nargs="+", choices=("worker", "master", "job"),
+                        help="with --status: the failures to make, in order (default: job for the job shape; worker, "
+                             "then master, otherwise); failurePolicy.maxRestarts is their count")
+    parser.add_argument("--dump", help="with --status: write each run's Workflow and node status here (JSON, gzipped)")
     parser.add_argument("--qps", type=float, default=20,
                         help="workflow-controller --qps, its Kubernetes client's requests a second (Argo's default 20)")
     parser.add_argument("--burst", type=int, default=30,
@@ -336,15 +539,33 @@ def main() -> int:
     layout = Layout.of(str(folder / "cluster"))
     rate_limit = args.rate_limit and {"limit": args.rate_limit[0], "burst": int(args.rate_limit[1])}
     controller = {"qps": args.qps, "burst": args.burst, "resourceRateLimit": rate_limit}
+    config = {"resourceRateLimit": json.dumps(rate_limit)} if rate_limit else {}
+    if args.status and not args.offload:
+        config["persistence"] = "null"  # as a cluster without a database: past 1 MiB the Workflow ends in Error
     cluster = Cluster(layout, controller_flags=(f"--qps={args.qps:g}", f"--burst={args.burst}"),
-                      controller_config={"resourceRateLimit": json.dumps(rate_limit)} if rate_limit else {})
-    cluster.up(say=lambda *a: None)
+                      controller_config=config)
     try:
+        cluster.up(say=lambda *a: None)  # inside: a start that fails midway is taken down too
         if args.crd == "minimal":
             minimal_workflow_crd(layout)
-        cluster.kubelet(["--no-exec", "--no-exec-seconds", f"{args.hold:g}"], say=lambda *a: None)
+        # Only the training pods are held: the watch and a host check end at once, as a real job's do.
+        # Leases renewed every minute or two, not every 10 s: a thousand Nodes' heartbeats at
+        # Kubernetes' pace were a hundred writes a second, more than the Workflow's own on 2 cores
+        # (the controller manager's --node-monitor-grace-period here is 300 s).
+        lease = "120" if max(args.nodes) >= 2048 else "60"
+        cluster.kubelet(["--no-exec", "--no-exec-seconds", f"{args.hold:g}", "--no-exec-hold", "torchdag.io/node-rank",
+                         "--lease-every", lease], say=lambda *a: None)
         limit = catalog()["argoStatus"]["maxBytes"]
-        for n in args.nodes if args.recovery else []:
+        for n in args.nodes if args.status else []:
+            row = measure_status(layout, folder, n, args.status, args.host_length, args.offload,
+                                 Path(args.dump) if args.dump else None, tuple(args.lose or ()), controller)
+            print(json.dumps(row), flush=True)
+            print(f"{n} nodes x 8, {args.status} shape, host names of {row['host_length']} characters: spec "
+                  f"{row['spec_bytes']} B; packed {row['bytes']} B at each stage, "
+                  f"largest {row['largest_packed_bytes']} B "
+                  f"(status {row['status_bytes']} B); guard {row['guard']} (budget {row['budget_bytes']} B); "
+                  f"{row['phase']} {row['message']!r} in {row['total_s']} s", flush=True)
+        for n in args.nodes if args.recovery and not args.status else []:
             row = measure_recovery(layout, folder, n, args.recovery)
             print(json.dumps(row), flush=True)
             print(f"{n} nodes x 8, recovery {args.recovery}: all pods Running {row['create_to_all_running_s']} s "
@@ -353,7 +574,7 @@ def main() -> int:
                   f"packed (from {row['status_bytes_before']} B); {row['phase']} when measured, "
                   f"{row['total_s']} s after create",
                   flush=True)
-        for n in [] if args.recovery else args.nodes:
+        for n in [] if args.recovery or args.status else args.nodes:
             row = measure(layout, folder, n, args.crd, controller, args.stop_after)
             row["agreement"] = agreement(row)
             print(json.dumps(row), flush=True)

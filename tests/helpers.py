@@ -48,7 +48,7 @@ CLUSTER_SUMMARY = "".join(f"{line}\n" for line in (
     "gang scheduling: none; whole-job restarts: 0",
     "HCCL_EXEC_TIMEOUT: 544 s (timeouts.processGroup 600 s, as CANN reads it: a multiple of 68, at most 17340)",
     "script: start the process group with TORCHDAG_BACKEND=gloo: torchdag_ddp.setup() (docs/byo.md)",
-    "script: gloo carries no NPU/GPU tensors: torchdag_ddp.exchange_on_cpu(model) after DDP(model)",
+    "script: gloo carries no NPU/GPU tensors: torchdag_ddp.DDP(model) in place of DDP(model) (docs/byo.md)",
     "helpers: from the Workflow (a ConfigMap of 5 files) at /opt/torchdag/trainer/agents",
     "rbac: kubectl apply -n <namespace> -f docs/rbac/job.yaml,docs/rbac/helpers.yaml",
     "rank  node            address         nic         accelerator  devices  template",

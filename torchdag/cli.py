@@ -39,14 +39,23 @@ def build_parser(prog: str = "render.py", check: bool = False) -> argparse.Argum
         prog=prog,
         description="Validate a torchdag values file (cluster.yaml) and print nothing on success." if check else
         "Render a torchdag values file (cluster.yaml) into an Argo Workflow.",
-        epilog="Exit status: 0 ok, 2 invalid values or usage" + ("" if check else ", 1 the output could not be "
-                                                                 "written") + ", 70 a bug in torchdag.",
+        epilog="Exit status: 0 ok, " + ("1 (--cluster) the job cannot run on the cluster, 2 invalid values or usage "
+                                        "or a cluster that cannot be read" if check else
+                                        "1 the output could not be written, 2 invalid values or usage")
+        + ", 70 a bug in torchdag.",
     )
     parser.add_argument("values", nargs="*", metavar="FILE", help=FILES_HELP)
     parser.add_argument("-f", "--values", dest="more", action="append", default=[], metavar="FILE",
                         help="one more values file, merged over those before it (Helm's -f); repeat it for several")
     if check:
         parser.add_argument("-o", "--output", help=argparse.SUPPRESS)
+        parser.add_argument("--cluster", action="store_true",
+                            help="also read the live cluster (changing nothing) and say whether the job can run there: "
+                                 "Argo's CRDs, node status offload, each host's Node, the gang scheduler, the "
+                                 "controller's pace, the ServiceAccount's rights; exit 1 when it cannot")
+        add_cluster_options(parser, "the namespace the job runs in when the values name none")
+        parser.add_argument("--argo-namespace", default=None,
+                            help="with --cluster: the namespace of Argo's controller and its configmap (default: argo)")
     else:
         parser.add_argument("-o", "--output", help="write the Workflow to this file (atomically) instead of stdout")
         parser.add_argument("--check", action="store_true", help="validate only; print nothing on success")
@@ -71,6 +80,10 @@ def parse(argv: list[str] | None, prog: str, check: bool = False,
         parser.error("standard input (-) can be read once only")
     if check:
         args.check, args.summary, args.short = True, False, False
+        given = [flag for flag, value in (("--kubeconfig", args.kubeconfig), ("--context", args.context),
+                                          ("-n", args.namespace), ("--argo-namespace", args.argo_namespace)) if value]
+        if given and not args.cluster:
+            parser.error(f"{', '.join(given)} go(es) with --cluster")
         if args.output is not None:
             parser.error("check writes nothing, so -o has no file to write: use render FILE -o OUT to write the "
                          "Workflow (it validates first)")
@@ -89,8 +102,12 @@ def main(argv: list[str] | None = None, prog: str = "render.py") -> int:
 
 
 def check_main(argv: list[str] | None = None, prog: str = "torchdag check") -> int:
-    """`torchdag check`: validate only."""
+    """`torchdag check`: validate only; with --cluster, read the cluster too (diagnose/clustercheck.py)."""
     args = parse(argv, prog, check=True)
+    if args.cluster:
+        from .diagnose import clustercheck  # the Kubernetes client is an optional extra
+
+        return run_command(lambda: clustercheck.check_cluster(args, prog), prog)
     return run_command(lambda: _render(args, prog), prog)
 
 
@@ -177,17 +194,22 @@ def workflow_name(text: str) -> str:
     return text
 
 
+def add_cluster_options(p: argparse.ArgumentParser, namespace: str = "its namespace") -> None:
+    """-n, --kubeconfig and --context: how every command that reads the cluster finds it."""
+    p.add_argument("-n", "--namespace", default=None,
+                   help=f"{namespace} (default: the kubeconfig context's, or the pod's, else default)")
+    p.add_argument("--kubeconfig", default=None, help="kubeconfig file (default: the files $KUBECONFIG lists, "
+                   "merged as kubectl merges them; ~/.kube/config; else the in-cluster ServiceAccount)")
+    p.add_argument("--context", default=None, help="kubeconfig context (default: its current one)")
+
+
 def cluster_parser(name: str, prog: str) -> argparse.ArgumentParser:
     description, options = CLUSTER_COMMANDS[name]
     p = argparse.ArgumentParser(prog=prog, description=description)
     p.add_argument("name", metavar="NAME", type=workflow_name,
                    help="a Workflow's name; a job's name (values' name:, the torchdag.io/job label), which means "
                         "its newest Workflow; or @latest, the namespace's newest torchdag Workflow")
-    p.add_argument("-n", "--namespace", default=None,
-                   help="its namespace (default: the kubeconfig context's, or the pod's, else default)")
-    p.add_argument("--kubeconfig", default=None, help="kubeconfig file (default: the files $KUBECONFIG lists, "
-                   "merged as kubectl merges them; ~/.kube/config; else the in-cluster ServiceAccount)")
-    p.add_argument("--context", default=None, help="kubeconfig context (default: its current one)")
+    add_cluster_options(p)
     p.add_argument("--argo-server", default=None, metavar="HOST:PORT",
                    help="Argo's server, to read a Workflow's node status Argo offloaded to its database "
                         "(default: $ARGO_SERVER; https unless ARGO_SECURE=false; token: $ARGO_TOKEN, else the "
@@ -225,8 +247,11 @@ SUBCOMMANDS: tuple[Subcommand, ...] = (
                "only, --summary prints the per-node table instead (with -o: writes the Workflow and prints the "
                "table), --short keeps its first and last rows, -q silences warnings (the same as render.py)",
                main),
-    Subcommand("check", "FILE [-f FILE]... [-q]",
-               "validate only: nothing on stdout, one line per problem on stderr, exit 2", check_main),
+    Subcommand("check", "FILE [-f FILE]... [-q] [--cluster [--kubeconfig FILE] [-n NAMESPACE]]",
+               "validate only: nothing on stdout, one line per problem on stderr, exit 2; --cluster also reads "
+               "the live cluster (Argo's CRDs, offload, each host's Node, the gang scheduler, the controller's "
+               "pace, the rights) and prints one line per finding, exit 1 when the job cannot run there",
+               check_main),
     Subcommand("plan", "FILE [-f FILE]... [--json] [-q]",
                "the plan of a file that renders: the per-node table, or with --json the whole typed Plan (job, "
                "nodes, shapes, restarts in seconds, gang, network, helpers) as one JSON object", plan_main),

@@ -7,6 +7,7 @@ document that is not YAML, or a stream without exactly one Workflow in it.
 from __future__ import annotations
 
 import functools
+import os
 
 import jinja2
 import yaml
@@ -86,30 +87,76 @@ def full_crd_problems(plan: Plan) -> list[Problem]:
             for field, count in item_counts(plan).items() if count > limit]
 
 
-def status_budget(plan: Plan) -> tuple[int, int]:
-    """Rule workflow-size: (attempts, bytes) of the status Argo keeps beside the spec (the
-    catalogue's argoStatus); no bytes when the controller offloads node status."""
+def status_shape(plan: Plan) -> str:
+    """The catalogue's argoStatus.shapes entry for the plan: whole-job restarts (or none),
+    node recovery, or node recovery with elastic members (each retry behind a host check)."""
+    if not plan.node_retry:
+        return "job"
+    return "elastic" if plan.elastic_from < len(plan.nodes) else "node"
+
+
+def distinct_bytes(plan: Plan) -> int:
+    """Bytes of the machines' own parameter values (host, node rank, NIC, address) that the
+    other machines do not share: Argo's status repeats each in several node entries, which lie
+    far apart in its JSON (sorted by node id), so gzip keeps them nearly whole. What every
+    machine shares at the start or the end of a value (a cluster's naming scheme) compresses away."""
+    columns: dict[str, list[bytes]] = {}
+    for node in plan.nodes:
+        for name, value in node.arguments:
+            columns.setdefault(name, []).append(value.encode())
+    total = 0
+    for values in columns.values():
+        prefix = len(os.path.commonprefix(values))
+        suffix = min(len(os.path.commonprefix([value[::-1] for value in values])), min(map(len, values)) - prefix)
+        total += sum(map(len, values)) - len(values) * (prefix + suffix)
+    return total
+
+
+def status_parts(plan: Plan) -> tuple[int, int, int]:
+    """(failures survived, the status's bytes for the job, its milli-bytes for each machine),
+    packed as Argo packs it, by the shape's catalogue figures (argoStatus.shapes, measured on
+    the real controller): a base for the job, each machine and each byte of the machines' own
+    values, plus what each failure the job survives adds (failurePolicy.maxRestarts; under node
+    recovery the master's loss, after which every node's retry starts its pod again)."""
     typed = plan.typed
-    attempts = (typed.retry.limit if typed.retry else 0) + 1
-    if typed.job.node_status_offload:
-        return attempts, 0
+    failures = typed.retry.limit if typed.retry else 0
     facts = catalog()["argoStatus"]
+    figures = facts["shapes"][status_shape(plan)]
     others = {"podGroup": bool(typed.gang and typed.gang.pod_group), "podNetwork": typed.network.service,
               "helpersTask": typed.helpers.from_workflow}
-    pods = len(plan.nodes) + len(items(facts["otherPods"], others))
-    return attempts, attempts * (facts["perAttempt"] + facts["perPod"] * pods)
+    pods, machines, own = len(items(facts["otherPods"], others)), len(plan.nodes), distinct_bytes(plan)
+    job = (figures["perJob"] + pods * figures["perOtherPod"]
+           + failures * (figures["perFailure"] + pods * figures["perFailureOtherPod"]))
+    per_failure = 1000 * figures["perFailureMachine"] + own * figures["perFailureMilliByte"] // machines
+    per_machine = 1000 * figures["perMachine"] + own * figures["perMilliByte"] // machines + failures * per_failure
+    return failures, job, per_machine
+
+
+def status_budget(plan: Plan, offloaded: bool | None = None) -> tuple[int, int]:
+    """Rule workflow-size: (failures survived, bytes) of the status Argo keeps beside the spec;
+    no bytes when the controller offloads node status (`offloaded`; default: as the values say)."""
+    failures, job, per_machine = status_parts(plan)
+    if plan.typed.job.node_status_offload if offloaded is None else offloaded:
+        return failures, 0
+    return failures, job + -(-per_machine * len(plan.nodes) // 1000)
 
 
 def size_problem(plan: Plan, kind: str, spec_bytes: int) -> Problem | None:
-    facts = catalog()["argoStatus"]
-    limit = facts["maxBytes"]
-    attempts, status = status_budget(plan)
+    limit = catalog()["argoStatus"]["maxBytes"]
+    failures, status = status_budget(plan)
     if spec_bytes + status <= limit:
         return None
-    helpers = facts["helpersAdvice"] if plan.typed.helpers.from_workflow else ""
+    _, job, per_machine = status_parts(plan)
+    # The machines that would fit: each keeps the fewest spec bytes a machine adds and its own
+    # values; the rest of the spec (templates, helpers) stays whatever the count.
+    machines, own = len(plan.nodes), distinct_bytes(plan)
+    floor = catalog()["argoStatus"]["specPerMachineAtLeast"]
+    helpers = catalog()["argoStatus"]["helpersAdvice"] if plan.typed.helpers.from_workflow else ""
+    fixed = max(0, spec_bytes - machines * floor - own)
+    fits = max(0, 1000 * (limit - job - fixed) // (1000 * floor + 1000 * own // machines + per_machine))
     return problem("workflow-size-spec" if spec_bytes > limit else "workflow-size-status", ("nodes",),
-                   count=len(plan.nodes), kind=kind, bytes=spec_bytes, limit=limit, attempts=attempts, status=status,
-                   restarts=attempts - 1, helpers=helpers)
+                   count=len(plan.nodes), kind=kind, bytes=spec_bytes, limit=limit, status=status, restarts=failures,
+                   shape=catalog()["argoStatus"]["shapes"][status_shape(plan)]["name"], fits=fits, helpers=helpers)
 
 
 def _kind(document: yaml.MappingNode) -> str:

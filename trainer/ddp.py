@@ -3,7 +3,9 @@ splits it: `Trainer.__init__` builds the job and loads the newest snapshot
 (`_load_snapshot`), `train` runs epochs (`_run_epoch`) of batches (`_run_batch`) and saves
 snapshots (`_save_snapshot`). What torchdag adds: the ranks agree on a stop signal and stop
 at the same step (trainer/preemption.py), snapshots survive a lost node (trainer/distckpt.py),
-and mixed NPU/CPU jobs sync gradients over CPU buckets (trainer/mixed.py).
+and over gloo with an accelerator in the job (310P across servers, NPU beside CPU) the
+gradients go through CPU buckets (trainer/agents/torchdag_ddp.py, the helper users' scripts
+import, so that both take the same path).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DistributedSampler
 
 from trainer import checkpoint, distckpt
+from trainer.agents.torchdag_ddp import CpuBucketDDP, choose_exchange
 from trainer.config import (
     EXIT_FAILED,
     EXIT_OK,
@@ -29,7 +32,6 @@ from trainer.config import (
     node_rank_from_env,
 )
 from trainer.device import DeviceError, Placement
-from trainer.mixed import CpuBucketGradSync
 from trainer.model import SimpleNet, SyntheticRegression
 from trainer.preemption import StopAgreement, StopFlagCarrier, StopRequest, signal_name, stop_agent_restarts
 from trainer.progress import ProgressFile, StallReporter
@@ -107,9 +109,9 @@ class Trainer(Job):
             self.net = DDP(carrier or self.model, device_ids=[dev] if dev.type != "cpu" else None)
             self.grad_sync = None
         else:
-            self.net = carrier or self.model
-            self.grad_sync = CpuBucketGradSync(self.net, dev, cfg.bucket_mb)
-            self.grad_sync.broadcast_parameters(src=0)
+            # Rank 0's weights through CPU copies; the gradients averaged at the end of backward.
+            self.net = CpuBucketDDP(carrier or self.model, bucket_cap_mb=cfg.bucket_mb)
+            self.grad_sync = self.net.grad_buckets
         self.agreement = StopAgreement(self.stop, self.cpu_group, ranks.world_size, carrier)
         self.stopping = 0  # agreed: how many ranks received a stop signal (0: none)
         self.signalled_here = None
@@ -121,26 +123,15 @@ class Trainer(Job):
         return t.item() / self.ranks.world_size
 
     def _choose_grad_sync(self) -> str:
-        cfg, place = self.cfg, self.place
-        if place.backend != "gloo":
-            if cfg.grad_sync == "cpu-buckets":
-                raise DeviceError("--grad-sync cpu-buckets needs backend gloo")
-            return "ddp"
-        if cfg.grad_sync == "ddp" and place.kind == "npu":
-            raise DeviceError("DDP over gloo cannot take NPU tensors; use --grad-sync auto or cpu-buckets")
-        # Every rank must take the same path, and only together do the ranks
-        # know whether any of them computes on an accelerator.
-        seen = [None] * self.ranks.world_size
-        dist.all_gather_object(seen, (place.kind, cfg.grad_sync))
-        kinds = [k for k, _ in seen]
-        modes = {m for _, m in seen}
-        if len(modes) != 1:
-            raise DeviceError(f"ranks disagree on --grad-sync: {sorted(modes)}")
-        counts = ", ".join(f"{k}x{kinds.count(k)}" for k in sorted(set(kinds)))
-        mode = cfg.grad_sync
-        if mode == "auto":
-            mode = "ddp" if all(k == "cpu" for k in kinds) else "cpu-buckets"
-        self.log(f"devices in job: {counts}; gradient sync: {mode}")
+        """DDP or the CPU buckets, agreed by every rank (torchdag_ddp.choose_exchange): only
+        together do the ranks know whether any of them computes on an accelerator."""
+        try:
+            mode, kinds = choose_exchange(self.place.device, self.cfg.grad_sync)
+        except ValueError as exc:
+            raise DeviceError(f"--grad-sync {self.cfg.grad_sync}: {exc}") from None
+        if kinds:
+            counts = ", ".join(f"{k}x{kinds.count(k)}" for k in sorted(set(kinds)))
+            self.log(f"devices in job: {counts}; gradient sync: {mode}")
         return mode
 
     def _load_snapshot(self) -> None:
@@ -153,9 +144,7 @@ class Trainer(Job):
     def _run_batch(self, source: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         self.optimizer.zero_grad(set_to_none=True)
         loss = self.loss_fn(self.net(source), targets)
-        self.agreement.loss(loss).backward()
-        if self.grad_sync is not None:
-            self.grad_sync.sync()
+        self.agreement.loss(loss).backward()  # averages the gradients, under DDP and the CPU buckets
         # A signal that any rank received before its backward (gloo: the flag rides in
         # the gradients) or before its optimizer step (nccl/hccl) stops every rank, on
         # every node, after this step.

@@ -54,7 +54,7 @@ class Placement:
     @property
     def mixed(self) -> bool:
         """gloo on an accelerator: DDP cannot hand NPU tensors to gloo, so
-        gradients go through CPU buffers (see trainer/mixed.py)."""
+        gradients go through CPU buckets (trainer/agents/torchdag_ddp.py)."""
         return self.backend == "gloo" and self.kind != "cpu"
 
 

@@ -94,6 +94,7 @@ The catalogue as JSON; read it with `include "torchdag.catalog" . | fromJson`. *
   ],
   "argoStatus": {
     "helpersAdvice": ", carry the helpers in the image (agents.fromWorkflow: false)",
+    "margin": 5,
     "maxBytes": 1048576,
     "otherPods": [
       "watch",
@@ -116,8 +117,42 @@ The catalogue as JSON; read it with `include "torchdag.catalog" . | fromJson`. *
         "value": "helpers"
       }
     ],
-    "perAttempt": 1024,
-    "perPod": 96
+    "shapes": {
+      "elastic": {
+        "name": "node recovery with elastic members",
+        "perFailure": 0,
+        "perFailureMachine": 422,
+        "perFailureMilliByte": 5768,
+        "perFailureOtherPod": 0,
+        "perJob": 3371,
+        "perMachine": 453,
+        "perMilliByte": 5822,
+        "perOtherPod": 400
+      },
+      "job": {
+        "name": "whole-job restarts",
+        "perFailure": 0,
+        "perFailureMachine": 117,
+        "perFailureMilliByte": 1237,
+        "perFailureOtherPod": 400,
+        "perJob": 3443,
+        "perMachine": 105,
+        "perMilliByte": 1182,
+        "perOtherPod": 400
+      },
+      "node": {
+        "name": "node recovery",
+        "perFailure": 0,
+        "perFailureMachine": 422,
+        "perFailureMilliByte": 5767,
+        "perFailureOtherPod": 0,
+        "perJob": 3358,
+        "perMachine": 453,
+        "perMilliByte": 5815,
+        "perOtherPod": 400
+      }
+    },
+    "specPerMachineAtLeast": 24
   },
   "ascendMounts": [
     {
@@ -877,7 +912,7 @@ The catalogue as JSON; read it with `include "torchdag.catalog" . | fromJson`. *
     "volume-on-driver": "{shown} is where torchdag mounts the Ascend driver ({mount}); set ascend.mountDriver: false to mount the driver yourself",
     "volume-on-shm": "{shown} is /dev/shm, which torchdag mounts (shmSize); set shmSize: \"\" to mount your own",
     "workflow-size-spec": "{count} nodes make a {kind} of {bytes} bytes as the API server stores it (JSON), over the {limit}-byte limit Argo's controller holds a Workflow to (it ends a larger one in Error before its first pod): split the job, or shorten args, env and names",
-    "workflow-size-status": "{count} nodes make a {kind} of {bytes} bytes (JSON), and Argo's status for {attempts} attempt(s) adds about {status} bytes (failurePolicy.maxRestarts {restarts}): over the {limit} bytes Argo keeps in one object, so the Workflow would end in Error mid-run; lower failurePolicy.maxRestarts, split the job{helpers}, or, if the controller offloads node status to a database, set workflow.nodeStatusOffload"
+    "workflow-size-status": "{count} nodes make a {kind} of {bytes} bytes (JSON), and Argo's status under {shape} comes to about {status} bytes through the {restarts} failure(s) the job survives (failurePolicy.maxRestarts): over the {limit} bytes Argo keeps in one object, so the Workflow would end in Error mid-run; about {fits} machines like these fit. Set workflow.nodeStatusOffload if the controller offloads node status to a database (persistence.nodeStatusOffLoad: true), or run fewer machines{helpers}, or lower failurePolicy.maxRestarts"
   },
   "network": {
     "masterAddress": "{master}.{run}.{{ "{{" }}workflow.namespace}}.svc.{clusterDomain}",
@@ -1226,7 +1261,7 @@ The catalogue as JSON; read it with `include "torchdag.catalog" . | fromJson`. *
         "if": [
           "cpuBuckets"
         ],
-        "value": "script: gloo carries no NPU/GPU tensors: torchdag_ddp.exchange_on_cpu(model) after DDP(model)"
+        "value": "script: gloo carries no NPU/GPU tensors: torchdag_ddp.DDP(model) in place of DDP(model) (docs/byo.md)"
       },
       {
         "if": [

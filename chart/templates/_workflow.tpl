@@ -3,11 +3,10 @@ torchdag.workflow: the Workflow (or WorkflowTemplate) as text. torchdag.plan (_p
 computes every list, this prints them exactly as templates/workflow.yaml.j2 does, so
 everything under `spec` is byte for byte what render.py prints (a test diffs the text).
 Every scalar leaves through toJson. User values are never passed through `tpl`.
+Usage: include "torchdag.workflow" (dict "root" $ "plan" $plan), $plan filled by torchdag.plan.
 */}}
 {{- define "torchdag.workflow" -}}
-
-{{- $plan := dict -}}
-{{- $_ := include "torchdag.plan" (dict "root" $ "plan" $plan) -}}
+{{- $root := .root }}{{ $plan := .plan -}}
 {{- $planProblems := list -}}
 {{- /* render.gang_problem: more node templates than the gang scheduler admits podSets (Kueue) */ -}}
 {{- with $plan.gang }}{{ $entry := index $plan.catalog.gangs .kind }}{{ if gt (len $plan.shapes) (int ($entry.maxPodSets | default (len $plan.shapes))) -}}
@@ -24,17 +23,17 @@ Every scalar leaves through toJson. User values are never passed through `tpl`.
 {{- $planProblems = append $planProblems (include "torchdag.problem" (list $plan.catalog "templates-too-many" "nodes" (dict "shapes" (len $plan.shapes) "count" $count "field" $field "limit" (int $plan.catalog.argoFullCrdMaxItems) "wrappers" $wrappers))) -}}
 {{- end }}{{ end -}}
 {{- with $planProblems }}{{ fail (printf "invalid values (%d problem%s):\n%s" (len .) (ternary "" "s" (eq (len .) 1)) (join "\n" .)) }}{{ end -}}
-{{- $v := .Values -}}
+{{- $v := $root.Values -}}
 {{- $workflow := $v.workflow -}}
 {{- include "torchdag.summaryComment" (dict "plan" $plan "values" $v) }}
 apiVersion: argoproj.io/v1alpha1
 kind: {{ $v.kind }}
 metadata:
-  name: {{ include "torchdag.fullname" . | toJson }}
-  namespace: {{ include "torchdag.namespace" . | toJson }}
+  name: {{ include "torchdag.fullname" $root | toJson }}
+  namespace: {{ include "torchdag.namespace" $root | toJson }}
   labels:
     {{- /* helm's labels, then the job's (user labels win, as on render.py's Workflow) */}}
-    {{- $metadataLabels := include "torchdag.labels" . | fromYaml }}
+    {{- $metadataLabels := include "torchdag.labels" $root | fromYaml }}
     {{- range $key, $value := $plan.labels }}
     {{- $_ := set $metadataLabels $key $value }}
     {{- end }}

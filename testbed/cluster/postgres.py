@@ -81,13 +81,15 @@ def start(layout: Layout, port: int) -> None:
         (layout.root / "postgres.password").write_text(secret + "\n")
         marker.write_text(f"{data}\n")
     data = _data_dir(layout)
-    procs.start(layout, "postgres", _as_postgres([
+    pid = procs.start(layout, "postgres", _as_postgres([
         str(POSTGRES), "-D", str(data / "db"), "-p", str(port), "-k", str(data),
         "-c", "listen_addresses=127.0.0.1", "-c", "fsync=off"]))
     deadline = time.monotonic() + 60
     while subprocess.run([str(PG_BIN / "pg_isready"), "-h", "127.0.0.1", "-p", str(port)],
                          capture_output=True).returncode:
-        if procs.running(layout, "postgres", POSTGRES) is None or time.monotonic() > deadline:
+        # Alive by pid, not procs.running: until setpriv has exec'd postgres (slow on a loaded
+        # machine), the process is setpriv, which running() would take for a stale pid file.
+        if not procs.alive(pid) or time.monotonic() > deadline:
             raise PostgresError(f"PostgreSQL did not start; see {layout.log('postgres')}")
         time.sleep(0.3)
 

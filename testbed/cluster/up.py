@@ -273,7 +273,13 @@ class Cluster:
         extra.write_text(yaml.safe_dump_all(objects, sort_keys=False))
         argo = sorted(ARGO_CRDS.glob("argoproj.io_*.yaml"))
         files = [arg for path in (*argo, extra) for arg in ("-f", str(path))]
-        self.kubectl("apply", "--server-side", "--force-conflicts", "--field-manager=torchdag-cluster", *files)
+        for attempt in range(3):  # server-side apply is idempotent: a loaded API server's timeout is tried again
+            try:
+                self.kubectl("apply", "--server-side", "--force-conflicts", "--field-manager=torchdag-cluster", *files)
+                break
+            except ClusterError as err:
+                if attempt == 2 or "Timeout" not in str(err):
+                    raise
         rbac = [arg for path in ARGO_EXECUTOR_RBAC for arg in ("-f", str(path))]
         self.kubectl("apply", "--server-side", "--force-conflicts", "--field-manager=torchdag-cluster",
                      f"--namespace={WORKFLOW_NAMESPACE}", *rbac)

@@ -54,7 +54,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="with --no-exec: append each container's process as it would start (argv, env, cwd; "
                         "JSON lines) to FILE")
     p.add_argument("--no-exec-seconds", type=float, default=0.0, metavar="S",
-                   help="with --no-exec: seconds between Running and Succeeded (default 0)")
+                   help="with --no-exec: seconds between Running and Succeeded (default 0; SIGUSR1 ends them all now)")
+    p.add_argument("--no-exec-hold", metavar="LABEL", default=None,
+                   help="with --no-exec-seconds: hold only the pods carrying this label key (the training pods: "
+                        "torchdag.io/node-rank); the others end at once, as a real job's watch and host check do")
     p.add_argument("--serve-port", type=int, default=0, metavar="PORT",
                    help="the kubelet API (container logs for kubectl logs) on 127.0.0.1:PORT (default: any free "
                         "port, published in each Node's status)")
@@ -87,7 +90,8 @@ def main(argv: list[str] | None = None) -> int:
         options.address, options.nic = None, None
     argoexec = args.argoexec if Path(args.argoexec).exists() else None
     kubelet = Kubelet(api, nodes, state_dir=state_dir, options=options, argoexec=argoexec, wait=args.wait,
-                      no_exec=args.no_exec, no_exec_seconds=args.no_exec_seconds, lease_every=args.lease_every,
+                      no_exec=args.no_exec, no_exec_seconds=args.no_exec_seconds,
+                      no_exec_hold=args.no_exec_hold, lease_every=args.lease_every,
                       record=Recorder(args.record) if args.record else None)
     missing = kubelet.keeper.load()
     if missing:
@@ -135,6 +139,9 @@ def main(argv: list[str] | None = None) -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    # The scale bench's "done measuring": every pod held Running by --no-exec-seconds ends now
+    # (pods that start later are held as ever: the next job's).
+    signal.signal(signal.SIGUSR1, lambda *_: setattr(kubelet, "released_at", time.monotonic()))
     for thread in threads:
         thread.start()
     stop.wait()

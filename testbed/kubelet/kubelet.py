@@ -16,7 +16,7 @@ from kubernetes.client.exceptions import ApiException
 from ..kube import Kube
 from ..runtime import Options
 from .nodes import NodeKeeper
-from .pods import PodWorker
+from .pods import NO_EXEC_EXIT, PodWorker
 from .sandbox import remove_made_folders
 from .translate import PodContext
 
@@ -39,7 +39,8 @@ class Recorder:
 class Kubelet:
     def __init__(self, api: Kube, nodes: list[str], *, state_dir: Path, options: Options,
                  argoexec: str | None = None, wait: str = "report", no_exec: bool = False,
-                 no_exec_seconds: float = 0.0, lease_every: float = 10.0, out=None, record=None):
+                 no_exec_seconds: float = 0.0, no_exec_hold: str | None = None, lease_every: float = 10.0,
+                 out=None, record=None):
         self.api = api
         self.nodes = set(nodes)
         self.state_dir = state_dir
@@ -49,6 +50,8 @@ class Kubelet:
         self.wait = wait
         self.no_exec = no_exec
         self.no_exec_seconds = no_exec_seconds
+        self.no_exec_hold = no_exec_hold  # only pods with this label key are held no_exec_seconds (None: all)
+        self.released_at = 0.0  # SIGUSR1's time (monotonic): --no-exec pods held since before it end now
         self.record = record  # a Recorder (--record): what each container would start
         self.out = out or sys.stderr
         self.base_env = dict(os.environ)
@@ -127,6 +130,9 @@ class Kubelet:
                 worker.stop("pod deleted", float(30 if grace is None else grace))
             return
         if worker is not None:
+            code = (meta.get("annotations") or {}).get(NO_EXEC_EXIT)
+            if self.no_exec and code is not None and code.lstrip("-").isdigit():
+                worker.exit_with(int(code))
             return
         phase = (pod.get("status") or {}).get("phase")
         if phase in TERMINAL:

@@ -27,6 +27,8 @@ from .status import WAIT_NOT_RUN, ContainerState, PodState, exit_code_of, termin
 from .translate import ContainerRun, PodContext, PodError, plan_pod
 
 POLL = 0.2
+# A --no-exec pod annotated with this ends at once with the annotation's exit code.
+NO_EXEC_EXIT = "torchdag.io/no-exec-exit"
 TREE_EVERY = 5  # polls between two looks at the container's process tree
 BACKOFF_FIRST, BACKOFF_MAX = 10.0, 300.0  # kubelet's container restart back-off
 TOKEN_SECONDS = 86400
@@ -46,6 +48,8 @@ class PodHost(Protocol):
     bin_dir: str
     no_exec: bool
     no_exec_seconds: float
+    no_exec_hold: str | None
+    released_at: float
     record: Recording | None
     run_id: str
     state_dir: Path
@@ -86,6 +90,7 @@ class PodWorker:
         self.kill_at: float | None = None
         self.done = threading.Event()
         self.stopping = threading.Event()  # set by stop(): ends a --no-exec pod's Running time early
+        self.exit_code: int | None = None  # --no-exec: end now with this code (exit_with)
         self.lock = threading.Lock()
         self.thread = threading.Thread(target=self._run, name=f"pod {self.key}", daemon=True)
         active = spec.get("activeDeadlineSeconds")
@@ -95,6 +100,14 @@ class PodWorker:
 
     def start(self) -> None:
         self.thread.start()
+
+    def exit_with(self, code: int) -> None:
+        """--no-exec: end the held pod now as its process exiting `code` would (the annotation
+        NO_EXEC_EXIT: the scale bench's stand-in for ranks that fail once a peer is lost)."""
+        if self.exit_code is None:
+            self.exit_code = code
+            self.k.say(f"{self.key}: exiting {code} (annotation {NO_EXEC_EXIT})")
+            self.stopping.set()
 
     def stop(self, reason: str, grace: float) -> None:
         """SIGTERM every running container now, SIGKILL after grace seconds."""
@@ -135,7 +148,9 @@ class PodWorker:
         """--no-exec (benchmarks): Running, then Succeeded; nothing is started. With
         --record, each container's process as it would start is written down first. A pod
         stopped while Running (deleted, or its Workflow terminated) ends as a process that
-        took SIGTERM would: exit 143."""
+        took SIGTERM would: exit 143. With no_exec_hold, only pods that carry that label key
+        are held Running; the others end at once. Once the kubelet is told to release them
+        (SIGUSR1: the scale bench has what it measures), every pod held since ends Succeeded."""
         if self.k.record is not None:
             self._record()
         for c in self.state.inits:
@@ -144,8 +159,16 @@ class PodWorker:
         for c in self.state.mains:
             c.start(None, self.state.node)
         self.push()
-        stopped = self.stopping.wait(self.k.no_exec_seconds) if self.k.no_exec_seconds else self.stopping.is_set()
+        labels = self.pod["metadata"].get("labels") or {}
+        hold = self.k.no_exec_seconds if self.k.no_exec_hold in (None, *labels) else 0
+        since = time.monotonic()
+        until = since + hold
+        stopped = self.stopping.is_set()
+        while not stopped and self.k.released_at < since and time.monotonic() < until:
+            stopped = self.stopping.wait(min(1.0, until - time.monotonic()))
         code, message = (143, f"not run: --no-exec; {self.stop_reason}") if stopped else (0, "not run: --no-exec")
+        if self.exit_code is not None and not self.stop_reason:
+            code, message = self.exit_code, f"not run: --no-exec; exit {self.exit_code} ({NO_EXEC_EXIT})"
         for c in self.state.mains:
             c.finish(code, message)
         self.push()

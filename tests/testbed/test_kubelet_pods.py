@@ -200,6 +200,47 @@ def test_no_exec_pods_are_running_all_at_once_and_a_deleted_one_ends_143(tmp_pat
         other.stop("test over", 0)
 
 
+def test_no_exec_hold_holds_only_the_labelled_pods(tmp_path):
+    """--no-exec-hold LABEL: the training pods are held Running, the others (the watch, a host
+    check) end at once, as a real job's do."""
+    kubelet, api = make_kubelet(tmp_path, no_exec=True, no_exec_seconds=60, no_exec_hold="torchdag.io/node-rank")
+    begin = time.monotonic()
+    run(kubelet, pod(sh("main", "exit 1"), name="watch"))
+    assert time.monotonic() - begin < 10 and [s["phase"] for s in api.statuses] == ["Running", "Succeeded"]
+    held = pod(sh("main", "exit 1"), name="train")
+    held["metadata"]["labels"] = {"torchdag.io/node-rank": "3"}
+    kubelet.on_pod("ADDED", held)
+    worker = kubelet.workers["uid-train-0000"]
+    time.sleep(1)
+    assert not worker.done.is_set() and api.statuses[-1]["phase"] == "Running", "the labelled pod is held"
+    kubelet.released_at = time.monotonic()  # SIGUSR1: the bench has measured; held pods end Succeeded
+    assert worker.done.wait(10)
+    assert api.statuses[-1]["phase"] == "Succeeded"
+    later = pod(sh("main", "exit 1"), name="next-job")  # the next job's pods are held as ever
+    later["metadata"]["labels"] = {"torchdag.io/node-rank": "0"}
+    kubelet.on_pod("ADDED", later)
+    time.sleep(1.5)
+    assert not kubelet.workers["uid-next-job-0000"].done.is_set()
+    kubelet.workers["uid-next-job-0000"].stop("test over", 0)
+
+
+def test_no_exec_pod_annotated_with_an_exit_code_ends_with_it(tmp_path):
+    """The scale bench's stand-in for ranks that fail once a peer is lost: a held pod annotated
+    torchdag.io/no-exec-exit ends Failed with that code, not as a deleted pod's 143."""
+    kubelet, api = make_kubelet(tmp_path, no_exec=True, no_exec_seconds=60)
+    held = pod(sh("main", "exit 0"), name="survivor")
+    kubelet.on_pod("ADDED", held)
+    worker = kubelet.workers["uid-survivor-0000"]
+    deadline = time.monotonic() + 10
+    while not api.statuses and time.monotonic() < deadline:
+        time.sleep(0.05)
+    failing = dict(held["metadata"], annotations={"torchdag.io/no-exec-exit": "1"})
+    kubelet.on_pod("MODIFIED", held | {"metadata": failing})
+    assert worker.done.wait(10)
+    term = api.statuses[-1]["containerStatuses"][0]["state"]["terminated"]
+    assert (api.statuses[-1]["phase"], term["exitCode"]) == ("Failed", 1)
+
+
 def test_phase_rules_and_messages():
     state = PodState("n", "1.2.3.4", "1.2.3.4", inits=[ContainerState("i", "x", init=True)],
                      mains=[ContainerState("m", "x"), ContainerState("wait", "x", stand_in=True)])

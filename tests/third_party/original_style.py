@@ -7,7 +7,7 @@ import os
 import torch
 import torch.distributed as dist
 import torchdag_ddp  # torchdag
-from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.nn.parallel import DistributedDataParallel as DDP  # noqa: F401 (the script's own; torchdag_ddp.DDP builds the model now)
 
 
 def main():
@@ -17,8 +17,7 @@ def main():
     local_rank = torchdag_ddp.device()  # torchdag
     torch.manual_seed(0)
     model = torch.nn.Linear(16, 4).to(local_rank)
-    model = DDP(model)
-    torchdag_ddp.exchange_on_cpu(model)  # torchdag
+    model = torchdag_ddp.DDP(model)  # torchdag
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     for _ in range(20):
         batch = torch.randn(8, 16).to(local_rank)

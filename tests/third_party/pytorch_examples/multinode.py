@@ -39,8 +39,7 @@ class Trainer:
             print("Loading snapshot")
             self._load_snapshot(snapshot_path)
 
-        self.model = DDP(self.model, device_ids=torchdag_ddp.device_ids(self.local_rank))  # torchdag
-        torchdag_ddp.exchange_on_cpu(self.model)  # torchdag: gloo on NPU or a mixed job
+        self.model = torchdag_ddp.DDP(self.model, device_ids=[self.local_rank])  # torchdag: was DDP(...)
 
     def _load_snapshot(self, snapshot_path):
         loc = f"cuda:{self.local_rank}"
