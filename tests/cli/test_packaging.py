@@ -108,8 +108,9 @@ def test_wheel_carries_schema_and_templates(wheel):
     assert not [n for n in names if "torch" in n and not n.startswith("torchdag")]
 
 
-WHEEL_CODE_LINES = 4_900  # issue 25: the product without its test bed; issue 39: check --cluster and the status model;
-# issue 42: the typed Plan (torchdag/plan_model.py) and `torchdag plan`
+# issue 25: the product without its test bed; issue 39: check --cluster and the status model (4,700);
+# main stood at 4,852 after issue 44; issue 42 adds 171: the typed Plan (torchdag/plan_model.py), `torchdag plan`
+WHEEL_CODE_LINES = 5_050
 
 
 def code_lines(source: str) -> int:
