@@ -205,6 +205,18 @@ BAD_CASES = [
     # Issue 18: Argo's own keys, on the Workflow and its pods (podMetadata)
     _case("label-in-argo-prefix", "labels['workflows.argoproj.io/completed']", "prefix is Argo's own",
           _set("labels", {"workflows.argoproj.io/completed": "true"})),
+    # Issue 42: a node's own pod labels
+    _case("node-label-argo-placeholder", "nodes[1].labels.team", "is not a Kubernetes label value",
+          _set("nodes.1.labels", {"team": "{{workflow.name}}"})),
+    _case("node-label-key-placeholder", "nodes[1].labels['{{x}}']", "is not a Kubernetes label or annotation key",
+          _set("nodes.1.labels", {"{{x}}": "a"})),
+    _case("node-label-torchdag-prefix", "nodes[0].labels['torchdag.io/node-rank']", "the torchdag.io/ prefix",
+          _set("nodes.0.labels", {"torchdag.io/node-rank": "7"})),
+    _case("node-label-gang-prefix", "nodes[2].labels['kueue.x-k8s.io/queue-name']", "a gang scheduler's",
+          _set("nodes.2.labels", {"kueue.x-k8s.io/queue-name": "other"})),
+    _case("node-label-argo-prefix", "nodes[2].labels['workflows.argoproj.io/completed']", "prefix is Argo's own",
+          _set("nodes.2.labels", {"workflows.argoproj.io/completed": "true"})),
+    _case("node-labels-not-a-map", "nodes[0].labels", "must be", _set("nodes.0.labels", ["team=a"])),
     _case("label-argo-controller-instance", "labels['workflows.argoproj.io/controller-instanceid']",
           "prefix is Argo's own", _set("labels", {"team": "a", "workflows.argoproj.io/controller-instanceid": "x"})),
     _case("annotation-in-argo-prefix", "annotations['workflows.argoproj.io/node-name']", "prefix is Argo's own",

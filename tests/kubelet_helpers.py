@@ -25,11 +25,11 @@ def argo_pod(plan: Plan, task_name: str, workflow: str = "local-smoke-abcde", no
     command, args, env = node_container(plan, planned)
     shape = planned.shape
     field_env = [{"name": name, "valueFrom": {"fieldRef": {"fieldPath": path}}} for name, path in shape.field_env]
-    container = {"image": plan.values["image"], "command": command, "args": args,
+    container = {"image": plan.typed.job.image, "command": command, "args": args,
                  "env": field_env + [{"name": name, "value": value} for name, value in env],
                  "resources": shape.resources, "volumeMounts": [dict(mount) for mount in shape.mounts]}
-    if plan.values["workingDir"]:
-        container["workingDir"] = plan.values["workingDir"]
+    if plan.typed.job.working_dir:
+        container["workingDir"] = plan.typed.job.working_dir
     tmpl = {"name": shape.name, "container": container}
     argo_env = [{"name": "ARGO_POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
                 {"name": "ARGO_POD_UID", "valueFrom": {"fieldRef": {"fieldPath": "metadata.uid"}}},

@@ -14,6 +14,7 @@ A new subcommand is one Subcommand entry: its name, its usage after the name, it
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import sys
 from dataclasses import dataclass
@@ -67,9 +68,10 @@ def build_parser(prog: str = "render.py", check: bool = False) -> argparse.Argum
     return parser
 
 
-def parse(argv: list[str] | None, prog: str, check: bool = False) -> argparse.Namespace:
+def parse(argv: list[str] | None, prog: str, check: bool = False,
+          parser: argparse.ArgumentParser | None = None) -> argparse.Namespace:
     """The options, or argparse's usage error (exit 2) for what cannot go together."""
-    parser = build_parser(prog, check)
+    parser = parser or build_parser(prog, check)
     args = parser.parse_args(argv)
     args.files = list(args.values) + list(args.more)
     if not args.files:
@@ -107,6 +109,27 @@ def check_main(argv: list[str] | None = None, prog: str = "torchdag check") -> i
 
         return run_command(lambda: clustercheck.check_cluster(args, prog), prog)
     return run_command(lambda: _render(args, prog), prog)
+
+
+def plan_main(argv: list[str] | None = None, prog: str = "torchdag plan") -> int:
+    """`torchdag plan`: the typed Plan (torchdag/plan_model.py) of a file that renders: the
+    per-node table, or with --json every field, as one JSON object."""
+    parser = build_parser(prog, check=True)
+    parser.description = ("Print the plan of a torchdag values file: ranks, hosts, addresses, NICs, shapes, "
+                          "restarts, gang and network, as the Workflow would hold them.")
+    parser.add_argument("--json", action="store_true", help="the whole typed Plan as one JSON object, for scripts")
+    args = parse(argv, prog, check=True, parser=parser)
+
+    def body() -> int:
+        rendered = pipeline.run(args.files)
+        for line in [] if args.quiet else rendered.warnings():
+            print(f"warning: {line}", file=sys.stderr)
+        plan = rendered.plan
+        shown = (json.dumps(plan.typed.to_json(), indent=2) if args.json else "\n".join(summary_lines(plan))) + "\n"
+        _writing(prog, "stdout", emit, shown)
+        return 0
+
+    return run_command(body, prog)
 
 
 def _render(args: argparse.Namespace, prog: str) -> int:
@@ -229,6 +252,9 @@ SUBCOMMANDS: tuple[Subcommand, ...] = (
                "the live cluster (Argo's CRDs, offload, each host's Node, the gang scheduler, the controller's "
                "pace, the rights) and prints one line per finding, exit 1 when the job cannot run there",
                check_main),
+    Subcommand("plan", "FILE [-f FILE]... [--json] [-q]",
+               "the plan of a file that renders: the per-node table, or with --json the whole typed Plan (job, "
+               "nodes, shapes, restarts in seconds, gang, network, helpers) as one JSON object", plan_main),
     Subcommand("status", "NAME [-n NAMESPACE] [--kubeconfig FILE] [--watch]",
                "every rank of a running job: host, address, pod phase, attempt, restarts, progress and how long "
                "since it last logged", _cluster_command("status")),

@@ -35,6 +35,7 @@ from .catalog import (
     node_name,
     resource_name,
 )
+from .plan_model import RetryPolicy, TypedPlan, retry_policy, typed_plan
 from .watch import elastic_from, host_check, scheduling_watch
 from .yamlout import dollar_escape, quantity, quote
 
@@ -61,6 +62,8 @@ class Shape:
     mounts: tuple[dict, ...]  # volumeMounts entries
     set_env: bool  # the command starts with the set_env.sh wrapper
     pod_security: tuple[str, ...] = ()  # the template's securityContext lines (torchdag/access.py), () for none
+    if_ip: bool = False  # its nodes' address goes to HCCL_IF_IP (the hasIfIp fact)
+    labels: tuple[tuple[str, str], ...] = ()  # its nodes' own pod labels (nodes[].labels), sorted by key
 
 
 @dataclass(frozen=True)
@@ -114,9 +117,11 @@ class Plan:
     world_size: int
     agents: dict | None = None  # the helpers' ConfigMap (torchdag/agents.py), or None: the image has them
     master: NodePlan = field(init=False)
+    typed: TypedPlan = field(init=False)  # what consumers read (torchdag/plan_model.py)
 
     def __post_init__(self) -> None:
         self.master = self.nodes[0]
+        self.typed = typed_plan(self.values, catalog(), self)
 
     @property
     def scheduler_name(self) -> str:
@@ -309,6 +314,7 @@ def _shape(values: dict, facts: dict, resources: dict, mounts_driver: bool) -> d
         "mounts": tuple(_mounts(values, facts, mounts_driver)),
         "set_env": bool(facts["ascend"] and values["ascend"]["setEnvScript"]),
         "pod_security": ascend_pod_security(values, facts["ascend"]),
+        "if_ip": bool(facts["hasIfIp"]),
     }
 
 
@@ -390,11 +396,12 @@ def make_plan(values: dict) -> Plan:
         nic = node.get("nic") or (values["network"]["nic"] if pod else "")
         resources = _resources(node, values)
         facts = shape_facts(job, kind, devices, nic, address, "resources" in node)
+        labels = tuple(sorted((node.get("labels") or {}).items()))
         shared = {"accelerator": kind, "devices": devices, "resources": repr(resources), "hasIfIp": facts["hasIfIp"],
-                  "nicMode": nic if nic in ("", "auto") else "named"}
+                  "nicMode": nic if nic in ("", "auto") else "named", "labels": labels}
         key = tuple(shared[name] for name in catalog()["container"]["shapeKey"])
         if key not in specs:
-            specs[key] = _shape(values, facts, resources, mounts_driver)
+            specs[key] = {**_shape(values, facts, resources, mounts_driver), "labels": labels}
         placed.append((rank, index, node, kind, devices, address, nic, key))
 
     _shape_names(list(specs.values()))
@@ -419,8 +426,8 @@ def make_plan(values: dict) -> Plan:
         nodes=planned,
         shapes=list(shapes.values()),
         volumes=volumes(values, mounts_driver) + ([agents["volume"]] if agents else []),
-        retry=retry_strategy(values) if not node_recovery(values) else None,
-        node_retry=retry_strategy(values) if node_recovery(values) else None,
+        retry=argo_retry(retry_policy(values, catalog())) if not node_recovery(values) else None,
+        node_retry=argo_retry(retry_policy(values, catalog())) if node_recovery(values) else None,
         elastic_from=elastic_from(values),
         gang=gang_plan,
         watch=scheduling_watch(values, planned, gang_plan),
@@ -496,19 +503,16 @@ def container_security(values: dict) -> dict:
     return out
 
 
-def retry_strategy(values: dict) -> dict | None:
-    """Whole-job restarts: Argo retries the `train` DAG as a whole when any task fails or
-    its pod is lost (retryPolicy Always covers both), so every node starts again."""
-    policy = values.get("failurePolicy") or {}
-    limit = int(policy.get("maxRestarts") or 0)
-    if not limit:
+def argo_retry(policy: RetryPolicy | None) -> dict | None:
+    """Restarts as Argo's retryStrategy (the typed policy's numbers as its strings, "10s"): under
+    recovery job Argo retries the `train` DAG when any task fails or its pod is lost (retryPolicy
+    Always covers both), so every node starts again; under recovery node each node's wrapper."""
+    if policy is None:
         return None
-    strategy = catalog()["restartStrategy"]
-    backoff = {"duration": f"{int(policy['backoffSeconds'])}s", "factor": str(strategy["factor"])}
-    if not (values.get("timeouts") or {}).get("workflowDeadline"):
-        # No deadline bounds the doubling waits: Argo's cap does (catalogue restartBackoffCapSeconds).
-        backoff["cap"] = f"{max(int(catalog()['restartBackoffCapSeconds']), int(policy['backoffSeconds']))}s"
-    return {"limit": str(limit), "retryPolicy": strategy["retryPolicy"], "backoff": backoff}
+    backoff = {"duration": f"{policy.backoff_seconds}s", "factor": str(policy.factor)}
+    if policy.cap_seconds is not None:
+        backoff["cap"] = f"{policy.cap_seconds}s"
+    return {"limit": str(policy.limit), "retryPolicy": policy.retry_policy, "backoff": backoff}
 
 
 def gang(values: dict, nodes: list) -> dict | None:

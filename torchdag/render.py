@@ -118,11 +118,12 @@ def status_parts(plan: Plan) -> tuple[int, int, int]:
     the real controller): a base for the job, each machine and each byte of the machines' own
     values, plus what each failure the job survives adds (failurePolicy.maxRestarts; under node
     recovery the master's loss, after which every node's retry starts its pod again)."""
-    failures = plan.values["failurePolicy"]["maxRestarts"]
+    typed = plan.typed
+    failures = typed.retry.limit if typed.retry else 0
     facts = catalog()["argoStatus"]
     figures = facts["shapes"][status_shape(plan)]
-    others = {"podGroup": bool(plan.gang and plan.gang["manifest"]), "podNetwork": plan.network is not None,
-              "helpersTask": plan.values["agents"]["fromWorkflow"]}
+    others = {"podGroup": bool(typed.gang and typed.gang.pod_group), "podNetwork": typed.network.service,
+              "helpersTask": typed.helpers.from_workflow}
     pods, machines, own = len(items(facts["otherPods"], others)), len(plan.nodes), distinct_bytes(plan)
     job = (figures["perJob"] + pods * figures["perOtherPod"]
            + failures * (figures["perFailure"] + pods * figures["perFailureOtherPod"]))
@@ -135,7 +136,7 @@ def status_budget(plan: Plan, offloaded: bool | None = None) -> tuple[int, int]:
     """Rule workflow-size: (failures survived, bytes) of the status Argo keeps beside the spec;
     no bytes when the controller offloads node status (`offloaded`; default: as the values say)."""
     failures, job, per_machine = status_parts(plan)
-    if plan.values["workflow"]["nodeStatusOffload"] if offloaded is None else offloaded:
+    if plan.typed.job.node_status_offload if offloaded is None else offloaded:
         return failures, 0
     return failures, job + -(-per_machine * len(plan.nodes) // 1000)
 
@@ -150,7 +151,7 @@ def size_problem(plan: Plan, kind: str, spec_bytes: int) -> Problem | None:
     # values; the rest of the spec (templates, helpers) stays whatever the count.
     machines, own = len(plan.nodes), distinct_bytes(plan)
     floor = catalog()["argoStatus"]["specPerMachineAtLeast"]
-    helpers = catalog()["argoStatus"]["helpersAdvice"] if plan.values["agents"]["fromWorkflow"] else ""
+    helpers = catalog()["argoStatus"]["helpersAdvice"] if plan.typed.helpers.from_workflow else ""
     fixed = max(0, spec_bytes - machines * floor - own)
     fits = max(0, 1000 * (limit - job - fixed) // (1000 * floor + 1000 * own // machines + per_machine))
     return problem("workflow-size-spec" if spec_bytes > limit else "workflow-size-status", ("nodes",),

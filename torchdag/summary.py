@@ -13,35 +13,33 @@ from .rbac import files_argument
 
 
 def summary_lines(plan: Plan, short: bool = False) -> list[str]:
-    v = plan.values
-    nodes = plan.nodes
+    typed = plan.typed
+    job, gang = typed.job, typed.gang
     texts = catalog.catalog()["summary"]
-    scheduling, pg_timeout = v["scheduling"], v["timeouts"]["processGroup"]
-    fields = {**scheduling, "timeout": int(scheduling["timeout"]),
-              "queue": catalog.fill(texts["queue"]["some" if scheduling["queue"] else "none"], scheduling)}
+    pg_timeout = job.process_group_seconds or 0
+    gang_text = texts["gang"]["none"] if gang is None else catalog.fill(texts["gang"]["some"], {
+        "gang": gang.kind, "timeout": gang.timeout_seconds,
+        "queue": catalog.fill(texts["queue"]["some" if gang.queue else "none"], {"queue": gang.queue or ""})})
     hccl = catalog.hccl_exec_timeout(pg_timeout) if pg_timeout else 0
     facts = {
         **catalog.catalog()["hcclExecTimeout"],
-        "name": v["name"], "count": len(nodes), "worldSize": plan.world_size, "backend": plan.backend,
-        "reason": plan.backend_reason, "master": plan.master.name, "address": plan.master_address,
-        "port": int(v["port"]),
-        "gang": catalog.fill(texts["gang"]["none" if scheduling["gang"] == "none" else "some"], fields),
-        "podNetwork": plan.network is not None, "run": catalog.catalog()["network"]["run"],
-        "restarts": int(v["failurePolicy"]["maxRestarts"]), "hcclExecTimeout": hccl, "pgTimeout": int(pg_timeout or 0),
-        "nodeRecovery": plan.node_retry is not None, "minNodes": plan.elastic_from,
-        "hcclRounded": bool(pg_timeout) and hccl != int(pg_timeout)
-                       and any(catalog.is_ascend(shape.accelerator) for shape in plan.shapes),
-        "cpuBuckets": plan.backend == "gloo" and any(shape.device != "cpu" for shape in plan.shapes),
-        "agentsCarried": bool(plan.agents), "agentsFromImage": not v["agents"]["fromWorkflow"],
-        "agentCount": len(plan.agents["files"]) if plan.agents else 0,
-        "agentsPath": catalog.catalog()["agents"]["path"],
+        "name": job.name, "count": job.nnodes, "worldSize": job.world_size, "backend": job.backend,
+        "reason": job.backend_reason, "master": job.master_host, "address": job.master_address, "port": job.port,
+        "gang": gang_text, "podNetwork": typed.network.service, "run": catalog.catalog()["network"]["run"],
+        "restarts": typed.retry.limit if typed.retry else 0, "hcclExecTimeout": hccl, "pgTimeout": pg_timeout,
+        "nodeRecovery": bool(typed.retry and typed.retry.recovery == "node"), "minNodes": job.min_nodes,
+        "hcclRounded": bool(pg_timeout) and hccl != pg_timeout
+                       and any(catalog.is_ascend(shape.accelerator) for shape in typed.shapes),
+        "cpuBuckets": job.backend == "gloo" and any(shape.device != "cpu" for shape in typed.shapes),
+        "agentsCarried": bool(typed.helpers.files), "agentsFromImage": not typed.helpers.from_workflow,
+        "agentCount": len(typed.helpers.files), "agentsPath": typed.helpers.path,
         "roles": files_argument(plan),
     }
     lines = catalog.items(texts["lines"], facts)
     header = texts["columns"]
-    rows = [[{"rank": str(node.rank), "node": node.name, "address": node.address, "nic": node.nic or "-",
-              "accelerator": node.accelerator, "devices": str(node.devices), "template": node.shape.name}[column]
-             for column in header] for node in nodes]
+    rows = [[{"rank": str(node.rank), "node": node.host, "address": node.address, "nic": node.nic or "-",
+              "accelerator": node.accelerator, "devices": str(node.devices), "template": node.shape}[column]
+             for column in header] for node in typed.nodes]
     skipped, half = 0, texts["shortRows"] // 2
     if short and len(rows) > 2 * half:
         skipped = len(rows) - 2 * half

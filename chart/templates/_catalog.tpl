@@ -552,7 +552,8 @@ The catalogue as JSON; read it with `include "torchdag.catalog" . | fromJson`. *
       "devices",
       "resources",
       "nicMode",
-      "hasIfIp"
+      "hasIfIp",
+      "labels"
     ],
     "shapeName": "{accelerator}-x{devices}",
     "shapeSuffixes": [
@@ -720,7 +721,7 @@ The catalogue as JSON; read it with `include "torchdag.catalog" . | fromJson`. *
       },
       "roleAnnotation": "kueue.x-k8s.io/role-hash",
       "schedulerName": "",
-      "tooManyPodSets": "kueue makes a Workload podSet of each node template, and these nodes make {count} templates (they differ in accelerator, devices, resources or NIC mode: {names}); a Workload holds at most {max} podSets, so Kueue would never admit the gang: make the nodes alike, or use volcano or coscheduling",
+      "tooManyPodSets": "kueue makes a Workload podSet of each node template, and these nodes make {count} templates (they differ in accelerator, devices, resources, NIC mode or labels: {names}); a Workload holds at most {max} podSets, so Kueue would never admit the gang: make the nodes alike, or use volcano or coscheduling",
       "watchObject": {
         "apiVersion": "kueue.x-k8s.io/v1beta2",
         "resource": "workloads"
@@ -909,7 +910,7 @@ The catalogue as JSON; read it with `include "torchdag.catalog" . | fromJson`. *
     "string-argo-braces": "{shown} contains '{{ "{{" }}', which Argo would read as a placeholder and cannot escape; remove it",
     "string-control": "{subject}contains a control character (DEL, U+0080-U+009F, U+FFFE or U+FFFF), which YAML cannot carry; remove it",
     "string-nul": "{subject}contains a NUL character, which no process argument or environment value can carry",
-    "templates-too-many": "{shapes} node shapes (nodes that differ in accelerator, devices, resources or NIC mode) make {count} items in {field}{wrappers}; Argo's full CRDs, which Argo installs by default since v4.0, refuse more than {limit} ('{field}: Too many'): give the nodes fewer distinct shapes",
+    "templates-too-many": "{shapes} node shapes (nodes that differ in accelerator, devices, resources, NIC mode or labels) make {count} items in {field}{wrappers}; Argo's full CRDs, which Argo installs by default since v4.0, refuse more than {limit} ('{field}: Too many'): give the nodes fewer distinct shapes",
     "volume-argo-mount": "{shown} is in {argo}, where Argo's controller mounts its executor into every pod (var-run-argo); choose another path",
     "volume-duplicate-mount": "{shown} is also the mountPath of volumes[{first}]",
     "volume-duplicate-name": "{shown} duplicates volumes[{first}].name",

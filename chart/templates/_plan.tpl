@@ -84,6 +84,7 @@ names. Usage: include "torchdag.plan" (dict "root" $ "plan" $plan)
 {{- if not (hasKey $resourcesByKey $resourcesKey) }}{{ $_ := set $resourcesByKey $resourcesKey (include "torchdag.resources" (dict "node" $node "values" $v "entry" $entry "kind" $kind "devices" $devices) | fromJson) }}{{ end -}}
 {{- $resources := index $resourcesByKey $resourcesKey -}}
 {{- $shared := dict "accelerator" $kind "devices" $devices "resources" (toJson $resources) "nicMode" $nicMode "hasIfIp" $hasIfIp -}}
+{{- $_ := set $shared "labels" (toJson ($node.labels | default dict)) -}}
 {{- $key := list }}{{ range $container.shapeKey }}{{ $key = append $key (index $shared .) }}{{ end }}{{ $key = toJson $key -}}
 {{- if not (hasKey $shapeByKey $key) -}}
 
@@ -106,7 +107,7 @@ names. Usage: include "torchdag.plan" (dict "root" $ "plan" $plan)
 {{- $shape := dict "base" $base "suffixes" (include "torchdag.items" (dict "items" $container.shapeSuffixes "facts" $facts) | fromJsonArray) -}}
 {{- $_ := set $shape "parameters" (include "torchdag.items" (dict "items" $container.parameters "facts" $facts) | fromJsonArray) -}}
 {{- $_ := set $shape "mounts" (concat $shmMounts (ternary $driverMounts list (and $entry.ascend $mountsDriver)) $userMounts (ternary (list $agents.mount) list (not (empty $agents)))) -}}
-{{- range $field, $value := dict "accelerator" $kind "device" $entry.device "devices" $devices "command" $command "args" (replace "$" "$$" (toJson $args) | fromJsonArray) "env" $env "fieldEnv" (include "torchdag.items" (dict "items" $container.fieldEnv "facts" $facts) | fromJsonArray) "resources" $resources "setEnv" $setEnv "podSecurity" (include "torchdag.ascendPodSecurity" (dict "values" $v "ascend" $entry.ascend) | fromJsonArray) }}{{ $_ := set $shape $field $value }}{{ end -}}
+{{- range $field, $value := dict "accelerator" $kind "device" $entry.device "devices" $devices "command" $command "args" (replace "$" "$$" (toJson $args) | fromJsonArray) "env" $env "fieldEnv" (include "torchdag.items" (dict "items" $container.fieldEnv "facts" $facts) | fromJsonArray) "resources" $resources "setEnv" $setEnv "podSecurity" (include "torchdag.ascendPodSecurity" (dict "values" $v "ascend" $entry.ascend) | fromJsonArray) "labels" ($node.labels | default dict) }}{{ $_ := set $shape $field $value }}{{ end -}}
 {{- $_ := set $shapeByKey $key $shape -}}
 {{- $shapes = append $shapes $shape -}}
 {{- end -}}

@@ -277,6 +277,9 @@ spec:
         {{- end }}
         {{- end }}
         {{ toJson $plan.catalog.labels.nodeRank }}: {{ index $plan.inputs "node-rank" | toJson }}
+        {{- range $key, $value := $shape.labels }}
+        {{ toJson $key }}: {{ toJson $value }}
+        {{- end }}
         {{- with $plan.network }}
         {{ index .label 0 | toJson }}: {{ index .label 1 | toJson }}
     podSpecPatch: |

@@ -27,6 +27,7 @@ from testbed.runtime import (
     localize,
     process_env,
 )
+from torchdag import plan_model
 from torchdag.plan import NodePlan, Plan, node_container
 
 from .errors import EXIT_INVALID, LocalRunError
@@ -68,15 +69,12 @@ class RetryPolicy:
     recovery: str = "job"  # job | node
 
     @classmethod
-    def from_plan(cls, retry: dict | None, recovery: str = "job") -> RetryPolicy | None:
-        """From the Plan's retry or node_retry (torchdag.plan.retry_strategy), whose durations
-        are whole seconds, `"10s"`."""
-        if retry is None:
+    def from_plan(cls, policy: plan_model.RetryPolicy | None) -> RetryPolicy | None:
+        """From the typed Plan's retry policy (torchdag/plan_model.py), in seconds."""
+        if policy is None:
             return None
-        backoff = retry["backoff"]
-        cap = float(backoff["cap"].removesuffix("s")) if "cap" in backoff else None
-        return cls(int(retry["limit"]), float(backoff["duration"].removesuffix("s")), int(backoff["factor"]), cap,
-                   recovery)
+        cap = float(policy.cap_seconds) if policy.cap_seconds is not None else None
+        return cls(policy.limit, float(policy.backoff_seconds), policy.factor, cap, policy.recovery)
 
     def delay(self, restart: int) -> float:
         """Seconds to wait before restart n (1-based), before any --backoff-scale."""
@@ -166,7 +164,7 @@ class Job:
         # Kubernetes: env values see earlier entries; command and args see the whole env.
         env_list = kube_container_env(fields + env)
         command, args = kube_command(command, dict(env_list)), kube_command(args, dict(env_list))
-        argv, env_out, cwd, device = localize(command, args, env_list, self.plan.values["workingDir"] or None,
+        argv, env_out, cwd, device = localize(command, args, env_list, self.plan.typed.job.working_dir,
                                               node.shape.device, self.options, notes)
         task = LocalTask(node.task, node.name, node.rank, node.devices, argv, env_out, cwd, device, notes,
                          restart=restart, elastic=node.rank >= self.plan.elastic_from)
@@ -237,7 +235,7 @@ def cluster_notes(plan: Plan) -> list[str]:
 
 def run_name(plan: Plan) -> str:
     """The job's name and five random characters, as Argo completes the Workflow's generateName."""
-    return f"{plan.values['name']}-" + "".join(random.choices(string.ascii_lowercase + string.digits, k=5))
+    return f"{plan.typed.job.name}-" + "".join(random.choices(string.ascii_lowercase + string.digits, k=5))
 
 
 def prepare_job(plan: Plan, options: Options, *, only: list[str] | tuple = (),
@@ -247,10 +245,9 @@ def prepare_job(plan: Plan, options: Options, *, only: list[str] | tuple = (),
     unknown = [name for name in only if name not in names]
     if unknown:
         raise LocalRunError(f"--only {', '.join(unknown)}: no such task (tasks: {', '.join(names)})", EXIT_INVALID)
-    deadline = plan.values["timeouts"]["workflowDeadline"]
-    retry = RetryPolicy.from_plan(plan.retry) or RetryPolicy.from_plan(plan.node_retry, "node")
-    job = Job(plan, options, run_name(plan), [], retry,
-              float(deadline) if deadline else None, cluster_notes(plan), list(only), exec_prefix)
+    deadline = plan.typed.job.deadline_seconds
+    job = Job(plan, options, run_name(plan), [], RetryPolicy.from_plan(plan.typed.retry),
+              float(deadline) if deadline is not None else None, cluster_notes(plan), list(only), exec_prefix)
     job.tasks = [job.node_task(node, 0) for node in job.nodes_to_run()]
     problems = ([] if options.cpu else device_problems(job.tasks)) + missing_scripts(job.tasks)
     if problems:

@@ -131,6 +131,9 @@ def nodes_strategy(draw, backend: str) -> list[dict]:
             node["master"] = False
         if draw(st.integers(0, 3)) == 0:
             node["resources"] = draw(resources)
+        if draw(st.integers(0, 3)) == 0:  # a few shared maps, so that labeled nodes also share a template
+            node["labels"] = draw(st.one_of(st.sampled_from([{"team": "vision"}, {"rack": "r1", "team": "vision"}]),
+                                            label_map))
         nodes.append(node)
     return nodes
 

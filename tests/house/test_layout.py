@@ -52,7 +52,9 @@ def lines_of(path) -> list[str]:
 # Issue 41 on top of issues 39 and 44: torchdag +450 (diagnose's records of hangs and stragglers, root before
 # consequence: +477 lines), testbed +100 (the kubelet's CPU quota: +109), trainer +550 (the
 # recorder every rank runs: +513).
-FOLDER_BUDGETS = {"torchdag": 5800, "testbed": 5200, "trainer": 3700}
+# torchdag +250 (issue 42): the typed Plan every consumer reads (torchdag/plan_model.py) and
+# `torchdag plan --json`.
+FOLDER_BUDGETS = {"torchdag": 6050, "testbed": 5200, "trainer": 3700}
 MODULE_LIMIT = 600
 
 

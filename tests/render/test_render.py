@@ -204,12 +204,17 @@ def test_shapes_share_templates_and_split_when_they_must():
     doc = render_doc(REPO / "tests" / "cases" / "shapes.yaml")
     templates, tasks = _tasks(doc)
     used = [t["template"] for t in tasks if t["name"] not in ("schedule-watch", "agents")]
-    # n1,n2 share; n3 devices; n4 resources; n5 no nic; n6 HCCL_IF_IP; n7 nic auto. Names say
-    # what sets a shape apart from its siblings; ascend310p-x2 has none, so it needs no suffix.
+    # n1,n2 share; n3 devices; n4 resources; n5 no nic; n6 HCCL_IF_IP; n7 nic auto; n8,n9 share
+    # their own labels (a count tells them from n1,n2). Names say what sets a shape apart from
+    # its siblings; ascend310p-x2 has none, so it needs no suffix.
     assert used == ["ascend310p-x1-no-if-ip", "ascend310p-x1-no-if-ip", "ascend310p-x2",
                     "ascend310p-x1-no-if-ip-own-resources",
-                    "ascend310p-x1-no-nic-no-if-ip", "ascend310p-x1", "ascend310p-x1-nic-auto-no-if-ip"]
+                    "ascend310p-x1-no-nic-no-if-ip", "ascend310p-x1", "ascend310p-x1-nic-auto-no-if-ip",
+                    "ascend310p-x1-no-if-ip-2", "ascend310p-x1-no-if-ip-2"]
     assert set(used) | {"train", "schedule-watch", "agents"} == set(templates)
+    labeled = {"team": "vision", "topology.example.com/rack": "r2"}
+    assert labeled.items() <= templates["ascend310p-x1-no-if-ip-2"]["metadata"]["labels"].items()
+    assert "team" not in templates["ascend310p-x1-no-if-ip"]["metadata"]["labels"]
 
 
 def test_bounded_waits_by_default():

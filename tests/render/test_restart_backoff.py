@@ -38,17 +38,29 @@ def test_restarts_without_a_deadline_get_a_capped_backoff_in_both(policy, timeou
     assert_same_workflow(helm, values)
 
 
+def argo_seconds(duration: str) -> int:
+    """A retryStrategy duration as Argo reads it (Go's time.ParseDuration; torchdag writes whole seconds)."""
+    assert duration.endswith("s") and duration[:-1].isdigit(), duration
+    return int(duration[:-1])
+
+
 def test_the_cap_bounds_every_wait_as_argo_computes_it(tmp_path):
     """What Argo would wait before each of 20 restarts, from the rendered retryStrategy (Argo's
-    formula, as the local runner applies it): nothing over the cap, in all under a day."""
+    formula): nothing over the cap, in all under a day; the typed Plan's policy, which the
+    local runner applies, waits the same."""
     from testbed.localrun import RetryPolicy
+    from torchdag import pipeline
 
-    document = render_py_workflow(write(tmp_path, CPU + "failurePolicy: {maxRestarts: 20, recovery: job}\n"
-                                                        "timeouts: {workflowDeadline: null}\n"))
-    policy = RetryPolicy.from_plan(document["spec"]["templates"][0]["retryStrategy"])
-    waits = [policy.delay(restart) for restart in range(1, 21)]
+    values = write(tmp_path, CPU + "failurePolicy: {maxRestarts: 20, recovery: job}\n"
+                                   "timeouts: {workflowDeadline: null}\n")
+    backoff = render_py_workflow(values)["spec"]["templates"][0]["retryStrategy"]["backoff"]
+    duration, factor, cap = argo_seconds(backoff["duration"]), int(backoff["factor"]), argo_seconds(backoff["cap"])
+    waits = [min(duration * factor ** (restart - 1), cap) for restart in range(1, 21)]
     assert waits[:3] == [30, 60, 120] and max(waits) == CAP
     assert sum(waits) < 86400  # uncapped: 30 s x (2^20 - 1), about a year
+    typed = pipeline.run(values).plan.typed.retry
+    assert [typed.delay_seconds(restart) for restart in range(1, 21)] == waits
+    assert [RetryPolicy.from_plan(typed).delay(restart) for restart in range(1, 21)] == waits
 
 
 def test_no_restarts_no_retry_strategy(tmp_path):

@@ -67,10 +67,24 @@ def test_same_process_as_make_smoke(plan, task):
     pod = argo_pod(plan, task)
     main = next(m for m in plan_pod(pod, context(options=options))[1] if m.name == "main")
     # Where the kubelet can mount, the helpers are the Workflow's ConfigMap, mounted over their
-    # folder (never mapped); smoke, with no pods, runs the checkout's: the same files
+    # folder, and a path under a volume is the volume's (neither mapped); smoke, with no pods,
+    # runs the checkout's helpers and maps every path: the same files
     agents = catalog()["agents"]["path"]
-    assert main.argv == [word.replace(str(REPO / "trainer" / "agents"), agents) if can_mount() else word
-                         for word in smoke.argv]
+    mounted = [m["mountPath"] for m in container(pod, "main").get("volumeMounts", [])]
+
+    def as_pod_has_it(word: str) -> str:
+        if not can_mount():
+            return word
+        word = word.replace(str(REPO / "trainer" / "agents"), agents)
+        for src, dst in options.maps:
+            for prefix in (f"{dst}/", f"={dst}/"):
+                at = word.find(prefix)
+                back = word[:at] + prefix.replace(dst, src) + word[at + len(prefix):] if at >= 0 else word
+                if at >= 0 and any(src == m or src.startswith(m.rstrip("/") + "/") for m in mounted):
+                    word = back
+        return word
+
+    assert main.argv == [as_pod_has_it(word) for word in smoke.argv]
     assert main.cwd == smoke.cwd and main.device == smoke.device
     pod_only = {k: v for k, v in main.env if k.startswith(("ARGO_", "KUBERNETES_"))}
     assert [(k, v) for k, v in main.env if k not in pod_only] == smoke.env
