@@ -108,6 +108,22 @@ def test_torchrun_killing_the_stopped_worker_after_the_timeout_does_not_hide_the
     assert any(f.signature == "worker-killed" and f.process_rank == 3 for f in result.others), result.others
 
 
+def test_a_worker_killed_as_its_peers_began_to_wait_is_the_cause_not_a_hang():
+    """Seen in CI: rank 1's worker SIGKILLed inside all_reduce #15, torchrun's summary 96 ms
+    after its peer entered it: the kill is why the rank never arrived, not a hang."""
+    entered = stop_entered()
+    workflow, views, now = job("user-stop", 2, until=entered + dt.timedelta(seconds=35))
+    killed = entered + dt.timedelta(milliseconds=100)
+    summary = ["Failures:", "[1]:", f"  time      : {killed:%Y-%m-%d_%H:%M:%S}", "  host      : host-b",
+               "  rank      : 3 (local_rank: 1)", "  exitcode  : -9 (pid: 4242)  (SIGKILL)", "  error_file: <N/A>",
+               "  traceback : Signal 9 (SIGKILL) received by PID 4242", "=" * 60]
+    views[1].log += [core.LogLine(killed, line) for line in summary]
+    result = core.diagnose(workflow, views, now=now)
+    assert (result.first.signature, result.first.process_rank) == ("worker-killed", 3), \
+        core.report_lines("job", result)
+    assert any(f.signature == "hang" and f.effect for f in result.others), result.others
+
+
 def test_a_rank_in_an_endless_python_loop_is_hung_outside_any_collective_with_its_frame():
     workflow, views, now = job("user-loop", 2)
     result = core.diagnose(workflow, views, now=now)

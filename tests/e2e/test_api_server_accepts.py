@@ -79,12 +79,15 @@ def test_the_full_crds_take_every_job_size_render_py_accepts(local_cluster, tmp_
     """The local cluster installs Argo's full CRDs, which cap a DAG at 200 tasks: render.py's
     Workflows of 198 (a task per node, the schedule watch and the helpers' ConfigMap), 200, 201, 1,024 and 4,096
     machines × 8 with a restart (loop tasks) are all taken by the API server; a flat DAG of 201 tasks is
-    refused."""
+    refused. From 1,024 machines node recovery's status needs the controller's offload (the size guard)."""
     from test_render_size import big_values
 
+    def offload(n: int) -> str:
+        return "workflow: {nodeStatusOffload: true}\n" if n >= 1024 else ""
+
     for n in (198, 200, 201, 1024, 4096):
-        document = next(d for d in yaml.safe_load_all(
-            pipeline.run(big_values(tmp_path / "v.yaml", n, "failurePolicy: {maxRestarts: 1}\n")).text) if d)
+        values = big_values(tmp_path / "v.yaml", n, "failurePolicy: {maxRestarts: 1}\n" + offload(n))
+        document = next(d for d in yaml.safe_load_all(pipeline.run(values).text) if d)
         assert dry_run(local_cluster, document, "default") is None, n
         if n == 198:
             tasks = document["spec"]["templates"][0]["dag"]["tasks"]

@@ -34,7 +34,7 @@ def test_an_unplaceable_gang_fails_the_workflow_naming_the_pod_and_the_reason(jo
     watch = next(n for n in wf["status"]["nodes"].values() if n["displayName"] == "gang-watch")
     # Argo's words for the watch's exit (docs/gang.md): its termination message, or the
     # shutdown's when the controller acted on the stop before it saw the watch's pod end.
-    reason = f"gang not placed within {GANG_TIMEOUT} s: 1/2 pods scheduled; node-rank 1 (pod "
+    reason = f"gang not placed within {GANG_TIMEOUT} s: 1/2 pods scheduled; node-rank 1 on host "
     message = watch.get("message", "")
     assert message.startswith(f"main: Error (exit code 1): {reason}") or \
         message == "workflow shutdown with strategy:  Terminate", message
@@ -42,7 +42,7 @@ def test_an_unplaceable_gang_fails_the_workflow_naming_the_pod_and_the_reason(jo
     log = job.log(watch_pod)
     assert reason in log, log
     # Argo deleted the unplaced (Pending) pod when it stopped the job: the log names it.
-    assert re.search(rf"node-rank 1 \(pod {re.escape(name)}-\S+\): Unschedulable: ", log), log
+    assert re.search(rf"node-rank 1 on host \S+ \(pod {re.escape(name)}-\S+\): Unschedulable: ", log), log
     assert "Insufficient huawei.com/Ascend310P" in log, log
     assert f"stopped workflow {name}: gang not placed within {GANG_TIMEOUT} s; podgroups {name} deleted" in log, log
     assert job.cluster.kubectl("get", "podgroups.scheduling.volcano.sh", name, "-n", job.namespace,

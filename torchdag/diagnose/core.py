@@ -255,6 +255,17 @@ def _when(finding: Finding) -> tuple:
     return (time, rank)
 
 
+# A culprit's own end this soon after its peers began to wait is why it never arrived (torchrun
+# logs a SIGKILLed worker within its monitor interval); torchrun's kill of a stopped worker comes
+# only after a peer's process-group timeout, far later.
+DIED_WHILE_WAITED = dt.timedelta(seconds=5)
+
+
+def _within(finding: Finding, stuck: Finding, window: dt.timedelta) -> bool:
+    """Whether a finding's clock is at most `window` after the stuck rank's."""
+    return finding.time is not None and stuck.time is not None and finding.time - stuck.time <= window
+
+
 WAITING = ("collective-timeout", "hccl-notify-timeout", "nccl-watchdog")  # a rank waiting for a peer
 STALL_FOR = re.compile(r"no step finished for (\d+) s")
 
@@ -370,7 +381,8 @@ def diagnose(workflow: dict, views: list[PodView], now: dt.datetime | None = Non
         # peers entered the collective it left); a root after (torchrun killing its stopped
         # worker once a peer timed out) does not
         if any(f.pod is stuck.pod and f.process_rank in (None, stuck.process_rank)
-               and (f.signature == "python-exception" or _when(f) <= _when(stuck)) for f in roots):
+               and (f.signature == "python-exception" or _when(f) <= _when(stuck)
+                    or _within(f, stuck, DIED_WHILE_WAITED)) for f in roots):
             stuck.effect = True
             effects.append(stuck)
         else:
