@@ -1325,6 +1325,10 @@ The catalogue as JSON; read it with `include "torchdag.catalog" . | fromJson`. *
       "cpu": "50m",
       "memory": "64Mi"
     },
+    "retry": {
+      "limit": "2",
+      "retryPolicy": "OnError"
+    },
     "task": {
       "gang": "gang-watch",
       "none": "schedule-watch"
