@@ -82,6 +82,11 @@ def node_name(rank: int | str) -> str:
     return fill(catalog()["nodeName"], {"rank": rank})
 
 
+def argo_parameter(name: str) -> str:
+    """The Argo placeholder of a template's input parameter, filled per DAG task."""
+    return fill(catalog()["container"]["inputParameter"], {"name": name})
+
+
 def accelerator_kinds() -> list[str]:
     return list(catalog()["accelerators"])
 

@@ -10,10 +10,8 @@ What goes into a container is data (catalog.yaml `container`): this module compu
 facts those lists are conditioned on and filled from. chart/templates/_plan.tpl is its
 twin: the same facts under the same names, the same catalogue.
 
-The job-wide parts follow (pod volumes, the containers' securityContext, whole-job restarts
-as Argo's retryStrategy, gang scheduling), then the pod network (network.mode: pod): one
-headless Service per run selecting its node pods by a per-run label, each pod named
-node-<rank> in its subdomain, so rank 0 is node-0.<run>.<namespace>.svc.<clusterDomain>.
+The job-wide parts follow (pod volumes, the containers' securityContext). Restarts as Argo
+has them are recovery.py's, the gang's parts gang.py's, the pod network's network.py's.
 """
 
 from __future__ import annotations
@@ -25,6 +23,7 @@ from .agents import agents_plan
 from .catalog import (
     accelerator,
     all_items,
+    argo_parameter,
     catalog,
     fill,
     hccl_exec_timeout,
@@ -35,14 +34,12 @@ from .catalog import (
     node_name,
     resource_name,
 )
-from .plan_model import RetryPolicy, TypedPlan, retry_policy, typed_plan
+from .gang import gang
+from .network import is_pod, master_address, network_plan, node_depends, rendezvous_wait
+from .plan_model import TypedPlan, retry_policy, typed_plan
+from .recovery import argo_retry, node_recovery
 from .watch import elastic_from, host_check, scheduling_watch
 from .yamlout import dollar_escape, quantity, quote
-
-
-def argo_parameter(name: str) -> str:
-    """The Argo placeholder of a template's input parameter, filled per DAG task."""
-    return fill(catalog()["container"]["inputParameter"], {"name": name})
 
 
 @dataclass(frozen=True)
@@ -182,12 +179,6 @@ def resolve_backend(values: dict) -> tuple[str, str]:
     if limit:
         return "gloo", fill(limit["auto"], {"kind": kind})
     return backend, fill(reasons["auto"], {"kind": kind})
-
-
-def node_recovery(values: dict) -> bool:
-    """failurePolicy.recovery node with restarts: each node's task retries on its own."""
-    policy = values["failurePolicy"]
-    return bool(policy["maxRestarts"]) and policy["recovery"] == "node"
 
 
 def _number(value) -> str:
@@ -503,98 +494,3 @@ def container_security(values: dict) -> dict:
     return out
 
 
-def argo_retry(policy: RetryPolicy | None) -> dict | None:
-    """Restarts as Argo's retryStrategy (the typed policy's numbers as its strings, "10s"): under
-    recovery job Argo retries the `train` DAG when any task fails or its pod is lost (retryPolicy
-    Always covers both), so every node starts again; under recovery node each node's wrapper."""
-    if policy is None:
-        return None
-    backoff = {"duration": f"{policy.backoff_seconds}s", "factor": str(policy.factor)}
-    if policy.cap_seconds is not None:
-        backoff["cap"] = f"{policy.cap_seconds}s"
-    return {"limit": str(policy.limit), "retryPolicy": policy.retry_policy, "backoff": backoff}
-
-
-def gang(values: dict, nodes: list) -> dict | None:
-    """What every training pod carries to join the job's one gang, and the PodGroup
-    manifest (lines of YAML) the Workflow creates before the pods, if the scheduler has one
-    (catalogue `gangs`)."""
-    scheduling = values["scheduling"]
-    if scheduling["gang"] == "none":
-        return None
-    entry, group_name = catalog()["gangs"][scheduling["gang"]], catalog()["gangName"]
-    fields = {"group": group_name, "count": str(len(nodes)), "queue": scheduling["queue"] or ""}
-    # The fewest machines the job may run with: a member retried after a loss joins the
-    # survivors' gang, which a minimum of every node would never place again.
-    least = elastic_from(values)
-    gang = {
-        "kind": scheduling["gang"],
-        "task": catalog()["gangTask"],  # the PodGroup's, when there is one
-        "scheduler_name": scheduling["schedulerName"] or entry["schedulerName"],
-        "labels": [(key, fill(value, fields)) for key, value in sorted(entry["podLabels"].items())],
-        "annotations": [(key, fill(value, fields)) for key, value in sorted(entry["podAnnotations"].items())],
-        "manifest": None,
-        "role_annotation": entry.get("roleAnnotation"),  # printed with each template's name
-    }
-    group = entry["podGroup"]
-    if group:
-        priority = values["workflow"]["priorityClassName"]
-        facts = {"count": str(len(nodes)), "minMember": str(least), "timeout": str(int(scheduling["timeout"])),
-                 "queue": quote(scheduling["queue"]) if scheduling["queue"] else "",
-                 "priorityClassName": quote(priority) if priority else ""}
-        spec = [f"{key}: {value}" for key, value in items(group["spec"], facts)]
-        totals: dict[str, int] = {}
-        for node in nodes[:least] if group["minResources"] else []:
-            name = resource_name(node.accelerator, values)
-            if name:
-                totals[name] = totals.get(name, 0) + node.devices
-        if totals:
-            spec += ["minResources:",
-                     *[f"  {quote(name)}: {quote(str(count))}" for name, count in sorted(totals.items())]]
-        head = {"apiVersion": quote(group["apiVersion"]), "name": quote(group_name)}
-        gang["manifest"] = [*items(catalog()["podGroupManifest"], head), *[f"  {line}" for line in spec]]
-    return gang
-
-
-# --- the pod network ---------------------------------------------------------------------------
-
-def is_pod(values: dict) -> bool:
-    """network.mode when set, else the older hostNetwork key (false means pod)."""
-    mode = (values.get("network") or {}).get("mode")
-    return mode == "pod" or (not mode and values.get("hostNetwork") is False)
-
-
-def master_address(values: dict) -> str:
-    """Rank 0's DNS name, with Argo's placeholders for the run and its namespace."""
-    entry = catalog()["network"]
-    return fill(entry["masterAddress"], {"master": node_name(0), "run": entry["run"],
-                                         "clusterDomain": values["network"]["clusterDomain"]})
-
-
-def rendezvous_wait(values: dict) -> str:
-    """How long preflight waits for the master's name and port: torchrun's own rendezvous
-    bound (timeouts.rendezvous, or torchrun's default when that is null)."""
-    return str(int(values["timeouts"]["rendezvous"] or catalog()["network"]["rendezvousDefault"]))
-
-
-def network_plan(values: dict) -> dict | None:
-    """What the templates print for the pod network, or None on the host network: the run
-    label of every node pod, the pod spec patch (hostname, subdomain) and the Service."""
-    if not is_pod(values):
-        return None
-    entry = catalog()["network"]
-    facts = {"run": entry["run"], "runLabel": entry["runLabel"], "jobLabel": catalog()["labels"]["job"],
-             "port": str(int(values["port"])), "job": quote(values["name"]),
-             "hostname": node_name(argo_parameter("node-rank"))}
-    return {
-        "run": entry["run"], "task": entry["task"],
-        "label": (entry["runLabel"], entry["run"]),
-        "patch": items(entry["podSpecPatch"], facts),
-        "manifest": items(entry["service"], facts),
-    }
-
-
-def node_depends(gang: dict | None, network: dict | None) -> str:
-    """The DAG tasks every node task waits for: the gang's PodGroup and the run's Service."""
-    tasks = ([gang["task"]] if gang and gang["manifest"] else []) + ([catalog()["network"]["task"]] if network else [])
-    return " && ".join(tasks)

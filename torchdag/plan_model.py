@@ -115,6 +115,11 @@ class Helpers:
 @dataclass(frozen=True)
 class Job:
     name: str
+    kind: str  # Workflow | WorkflowTemplate
+    namespace: str | None  # None: the one kubectl or argo submits to
+    service_account: str | None  # the pods' ServiceAccount (None: the namespace's default)
+    node_selector: dict[str, str]  # every pod's, beside its host
+    tolerations: tuple[dict, ...]  # every pod's
     image: str
     script: str
     args: tuple[str, ...]
@@ -204,7 +209,9 @@ def typed_plan(values: dict, cat: dict, plan) -> TypedPlan:
                       values["network"]["nic"] if plan.network else None)
     helpers = Helpers(bool(values["agents"]["fromWorkflow"]), cat["agents"]["path"],
                       tuple(plan.agents["files"]) if plan.agents else ())
-    job = Job(values["name"], values["image"], values["script"], tuple(values["args"]), values["workingDir"] or None,
+    job = Job(values["name"], values["kind"], values.get("namespace") or None, values.get("serviceAccountName") or None,
+              dict(values.get("nodeSelector") or {}), tuple(dict(t) for t in values.get("tolerations") or ()),
+              values["image"], values["script"], tuple(values["args"]), values["workingDir"] or None,
               dict(plan.labels), plan.backend, plan.backend_reason, len(nodes), plan.world_size, plan.elastic_from,
               int(values["port"]), plan.master.name, plan.master_address, plan.scheduler_name or None,
               _seconds(timeouts["workflowDeadline"]), _seconds(timeouts["rendezvous"]),

@@ -13,9 +13,9 @@ import jinja2
 import yaml
 
 from . import TEMPLATES_DIR
-from .catalog import catalog, fill, items, problem
+from .catalog import argo_parameter, catalog, fill, items, problem
 from .errors import InternalBug, Problem, ValuesError
-from .plan import Plan, argo_parameter
+from .plan import Plan
 from .summary import summary_comment
 from .yamlout import quote, sorted_items, toleration
 

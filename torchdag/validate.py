@@ -16,7 +16,7 @@ from typing import Any
 from . import catalog
 from .catalog import problem
 from .errors import Problem
-from .plan import is_pod
+from .network import is_pod
 from .schema_check import schema_problems, schema_report, show
 from .values import load_schema
 from .yamlout import quantity

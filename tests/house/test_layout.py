@@ -13,7 +13,7 @@ from helpers import REPO
 from torchdag import catalog, plan
 from torchdag.values import load_schema
 
-CHART_LOGIC = ("_plan.tpl", "_validate.tpl", "_helpers.tpl")
+CHART_LOGIC = ("_plan.tpl", "_gang.tpl", "_validate.tpl", "_helpers.tpl")
 # Non-blank lines: issue 20 set 520; the front door round 4 added rules the schema cannot state (560);
 # node recovery, the helpers' ConfigMap and the schedule watch 10 more; where features meet (issue
 # 37: a volume on the helpers' path, a gang's minimum of the fewest machines) 4 more.

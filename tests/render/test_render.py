@@ -21,7 +21,7 @@ from torchdag import pipeline
 from torchdag.catalog import catalog
 from torchdag.cli import main
 from torchdag.errors import ValuesError
-from torchdag.plan import is_pod
+from torchdag.network import is_pod
 
 RENDER_PY = [sys.executable, str(REPO / "render.py")]
 

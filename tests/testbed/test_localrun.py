@@ -40,7 +40,8 @@ from testbed.localrun import (
 )
 from testbed.localrun import main as localrun_main
 from testbed.runtime import Options, kube_container_env, kube_expand, local_devices
-from torchdag.plan import argo_parameter, dollar_escape, node_container
+from torchdag.catalog import argo_parameter
+from torchdag.plan import dollar_escape, node_container
 
 # ---------------------------------------------------------------- end to end
 

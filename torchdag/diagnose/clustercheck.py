@@ -86,7 +86,7 @@ def say(finding: str, **fields) -> str:
 class Check:
     def __init__(self, rendered: pipeline.Rendered, reader: Reader, argo_namespace: str):
         self.rendered, self.plan, self.reader = rendered, rendered.plan, reader
-        self.values, self.argo = rendered.plan.values, argo_namespace
+        self.job, self.argo = rendered.plan.typed.job, argo_namespace
         self.findings: list[tuple[str, str]] = []
         loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
         self.workflow = next(d for d in yaml.load_all(rendered.text, Loader=loader) if d and "spec" in d)
@@ -102,7 +102,7 @@ class Check:
 
     # -- Argo -------------------------------------------------------------------------------
     def crds(self) -> None:
-        kind = self.values["kind"]
+        kind = self.job.kind
         name = facts()["workflowCrd"][kind]
         crd = self.reader.crd(name)
         if crd is None:
@@ -148,7 +148,7 @@ class Check:
                                                   configmap=where))
         else:
             self.add("ok", say("offload-not-needed", bytes=total, limit=limit))
-        count = len(self.plan.nodes)
+        count = self.plan.typed.job.nnodes
         if count > facts()["largeJob"]:
             rate = config.get("resourceRateLimit") or {}
             if rate.get("limit"):
@@ -166,13 +166,17 @@ class Check:
         for node in self.reader.nodes():
             meta = node["metadata"]
             by_host.setdefault((meta.get("labels") or {}).get("kubernetes.io/hostname", meta["name"]), node)
-        tolerations = self.values.get("tolerations") or []
-        selector = self.values.get("nodeSelector") or {}
+        tolerations, selector = self.job.tolerations, self.job.node_selector
         found: dict[str, list[str]] = {}
-        for planned in self.plan.nodes:
-            node = by_host.get(planned.name)
-            fields = {"host": planned.name, "rank": planned.rank}
-            for key, extra in self.host_problems(node, planned, tolerations, selector):
+        limits = {}
+        for shape in self.plan.typed.shapes:
+            given = shape.resources
+            limits[shape.name] = {**given.limits, **({given.accelerator_resource: str(given.accelerator_count)}
+                                                    if given.accelerator_resource else {})}
+        for planned in self.plan.typed.nodes:
+            node = by_host.get(planned.host)
+            fields = {"host": planned.host, "rank": planned.rank}
+            for key, extra in self.host_problems(node, limits[planned.shape], tolerations, selector):
                 found.setdefault(key, []).append(say(key, **fields, **extra))
         for lines in found.values():
             for line in lines[:10]:
@@ -180,10 +184,10 @@ class Check:
             if len(lines) > 10:
                 self.add("error", say("host-more", count=len(lines) - 10))
         if not found:
-            self.add("ok", say("hosts-ok", count=len(self.plan.nodes)))
+            self.add("ok", say("hosts-ok", count=len(self.plan.typed.nodes)))
 
     @staticmethod
-    def host_problems(node: dict | None, planned, tolerations: list, selector: dict):
+    def host_problems(node: dict | None, limits: dict[str, str], tolerations, selector: dict):
         if node is None:
             yield "host-missing", {}
             return
@@ -195,7 +199,7 @@ class Check:
         if spec.get("unschedulable"):
             yield "host-cordoned", {"node": name}
         allocatable = status.get("allocatable") or {}
-        for resource, want in (planned.shape.resources.get("limits") or {}).items():
+        for resource, want in limits.items():
             if resource not in EXTENDED and "/" in resource and _count(allocatable.get(resource, "0")) < _count(want):
                 yield "host-short", {"node": name, "resource": resource, "want": want,
                                      "have": allocatable.get(resource, "0")}
@@ -210,9 +214,9 @@ class Check:
 
     # -- gang, rights -----------------------------------------------------------------------
     def gang(self) -> None:
-        kind = self.values["scheduling"]["gang"]
-        if kind == "none":
+        if self.plan.typed.gang is None:
             return
+        kind = self.plan.typed.gang.kind
         entry = facts()["gangs"][kind]
         missing = [crd for crd in entry["crds"] if self.reader.crd(crd) is None]
         for crd in missing:
@@ -229,7 +233,7 @@ class Check:
     def rights(self) -> None:
         """Each verb of the Roles the job's features need (catalogue `rbac`, docs/rbac/), for the pods' account."""
         namespace, rbac = self.reader.cluster.namespace, catalog()["rbac"]
-        account = self.values.get("serviceAccountName") or "default"
+        account = self.job.service_account or "default"
         checked, missing = 0, False
         for role in roles(self.plan):
             grant = rbac["grants"][role]
@@ -264,7 +268,7 @@ class Check:
         return bool((answer.get("status") or {}).get("allowed"))
 
     def run(self) -> list[tuple[str, str]]:
-        self.guarded(f"Argo's CRD {facts()['workflowCrd'][self.values['kind']]}", self.crds)
+        self.guarded(f"Argo's CRD {facts()['workflowCrd'][self.job.kind]}", self.crds)
         self.guarded(f"the controller's settings ({self.argo}/{facts()['controllerConfigMap']})", self.controller)
         self.guarded("the hosts (Nodes)", self.hosts)
         self.guarded("the gang scheduler", self.gang)
@@ -292,7 +296,7 @@ def check_cluster(args, prog: str) -> int:
     """Validate and render as `check` does (a bad file: exit 2), then read the cluster."""
     rendered = pipeline.run(args.files)
     ClusterUnusable.prog = prog
-    cluster = Cluster(args.kubeconfig, rendered.plan.values.get("namespace") or args.namespace, args.context)
+    cluster = Cluster(args.kubeconfig, rendered.plan.typed.job.namespace or args.namespace, args.context)
     findings = Check(rendered, Reader(cluster), args.argo_namespace or facts()["argoNamespace"]).run()
     for level, line in findings:
         print(f"{level}: {line}")
