@@ -16,11 +16,11 @@ from typing import Any
 from . import catalog
 from .catalog import problem
 from .errors import Problem
+from .fullwidth import full_width_characters, full_width_fields
 from .network import is_pod
 from .schema_check import schema_problems, schema_report, show
 from .values import load_schema
 from .yamlout import quantity
-from .yamlread import full_width_characters, full_width_fields
 
 ARGO_OPEN = "{{"
 

@@ -24,13 +24,12 @@ import yaml
 
 from . import SCHEMA_PATH, catalog
 from .errors import Problem, ValuesError
+from .fullwidth import full_width_fields, full_width_marks
 from .yamlread import (
     MAX_DEPTH,
     GraphProblem,
     OddKey,
     RefusedTag,
-    full_width_fields,
-    full_width_marks,
     load_documents,
     yaml_problem,
 )

@@ -14,12 +14,15 @@ import pytest
 from helpers import REPO
 from torchdag.catalog import catalog
 
-RENDERERS = sorted([*(REPO / "torchdag").glob("*.py"), *(REPO / "templates").glob("*.j2"),
-                    *(REPO / "chart" / "templates").glob("*.*")])
+# The whole product: the wheel's modules (diagnose/ too), the pod helpers and the trainer, both
+# renderers' templates.
+RENDERERS = sorted([*(REPO / "torchdag").rglob("*.py"), *(REPO / "trainer").rglob("*.py"),
+                    *(REPO / "templates").glob("*.j2"), *(REPO / "chart" / "templates").glob("*.*")])
 # The catalogue itself, and the chart's generated copy of it.
 NOT_RENDERERS = {"catalog.py", "_catalog.tpl"}
-# Copies a renderer must keep, by (fact, file): none today.
-KNOWN: dict[tuple[str, str], int] = {}
+# Copies a file must keep, by (fact, file): the pod helpers run in the user's image with the
+# standard library alone, without the catalogue; the test below holds their copies to it.
+KNOWN: dict[tuple[str, str], int] = {("labels.nodeRank", "gangpods.py"): 1, ("hostLabel", "gangpods.py"): 1}
 
 
 def texts() -> dict[str, str]:
@@ -91,3 +94,12 @@ def test_the_schema_defaults_a_node_to_the_catalogues_default_accelerator():
 
     node = load_schema()["$defs"]["node"]["properties"]["accelerator"]
     assert node["default"] == catalog()["defaultAccelerator"]
+
+
+def test_the_pod_helpers_copies_are_the_catalogues():
+    from trainer.agents import gangpods
+
+    assert gangpods.RANK_LABEL == at("labels.nodeRank")
+    pod = {"spec": {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [{"matchExpressions": [{"key": at("hostLabel"), "values": ["host-a"]}]}]}}}}}
+    assert gangpods.pinned_host(pod) == "host-a"

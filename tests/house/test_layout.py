@@ -55,7 +55,7 @@ def lines_of(path) -> list[str]:
 # torchdag +250 (issue 42): the typed Plan every consumer reads (torchdag/plan_model.py) and
 # `torchdag plan --json`.
 FOLDER_BUDGETS = {"torchdag": 6050, "testbed": 5200, "trainer": 3700}
-MODULE_LIMIT = 600
+MODULE_LIMIT = 500  # issue 42: plan.py, yamlread.py, diagnose/core.py and bench_cluster.py split by subject
 
 
 def test_each_folder_stays_within_its_budget():

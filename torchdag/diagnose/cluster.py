@@ -20,6 +20,7 @@ import os
 import re
 from concurrent.futures import ThreadPoolExecutor
 
+from ..catalog import catalog
 from ..cli import LATEST
 from ..errors import TorchdagError
 from ..kubeconfig import ClusterUnusable, connect, kubernetes_client
@@ -29,7 +30,7 @@ __all__ = ["ClusterUnusable", "Cluster", "LATEST", "JOB_LABEL"]
 
 CONNECT_TIMEOUT_S, READ_TIMEOUT_S = 5, 30
 LOG_FETCHERS = 16
-JOB_LABEL = "torchdag.io/job"  # catalog.yaml labels.job: every rendered Workflow and pod carries it
+JOB_LABEL = catalog()["labels"]["job"]  # every rendered Workflow and pod carries it
 WORKFLOWS = ("argoproj.io", "v1alpha1", "workflows")
 METADATA_ONLY = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json"
 

@@ -165,7 +165,7 @@ class Check:
         by_host = {}
         for node in self.reader.nodes():
             meta = node["metadata"]
-            by_host.setdefault((meta.get("labels") or {}).get("kubernetes.io/hostname", meta["name"]), node)
+            by_host.setdefault((meta.get("labels") or {}).get(catalog()["hostLabel"], meta["name"]), node)
         tolerations, selector = self.job.tolerations, self.job.node_selector
         found: dict[str, list[str]] = {}
         limits = {}

@@ -107,7 +107,7 @@ def status(args: argparse.Namespace, prog: str = "torchdag status") -> int:
 # -- logs -------------------------------------------------------------------------------
 
 def _chosen(views: list[core.PodView], rank: int | None, attempt: str | None) -> list[core.PodView]:
-    training = [v for v in views if v.role == "train"] or views
+    training = [v for v in views if v.role == core.TRAINING] or views
     if rank is not None:
         training = [v for v in training if v.rank == rank]
     if attempt is not None:

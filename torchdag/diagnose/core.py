@@ -21,10 +21,12 @@ import re
 from dataclasses import dataclass, field
 
 from . import records, signatures
+from .torchrun import PREFIX, summary_entries, traceback_before
 from .views import (  # noqa: F401 -- the names status and the tests use, through core
     _EPOCH,
     NODE_NAME_ANNOTATION,
     RANK_LABEL,
+    TRAINING,
     WORKFLOW_LABEL,
     LogLine,
     PodView,
@@ -34,8 +36,6 @@ from .views import (  # noqa: F401 -- the names status and the tests use, throug
     node_views,
     parse_log,
 )
-
-TRACEBACK_LINES = 8  # shown of a traceback: its last lines name the frame and the exception
 
 # What a container's exit code says (128+N: killed by signal N).
 EXIT_MEANINGS = {
@@ -109,80 +109,6 @@ class Diagnosis:
 
 # -- findings ---------------------------------------------------------------------------
 
-PREFIX = re.compile(r"^\[rank(\d+)\]:\s?")  # torch's prefix on a failed rank's traceback lines
-
-
-def _traceback_before(log: list[LogLine], index: int, stop: int = 0) -> list[str]:
-    start = index
-    while start > stop and index - start < 200 and "Traceback (most recent call last)" not in log[start].text:
-        start -= 1
-    lines = [line.text for line in log[start:index + 1]] if "Traceback" in log[start].text else [log[index].text]
-    lines = [PREFIX.sub("", text) for text in lines if text.strip().strip("^~")]  # not carets under a frame
-    return lines[-TRACEBACK_LINES:] if len(lines) > TRACEBACK_LINES else lines
-
-
-# torchrun's failure summary: `Root Cause (first observed failure):` / `Failures:`, then per
-# failed worker `[i]:` and its fields, the last `traceback :` with the lines under it.
-SUMMARY_ENTRY = re.compile(r"^\s*\[(\d+)\]:\s*$")
-SUMMARY_FIELD = re.compile(r"^\s*(time|host|rank|exitcode|error_file|traceback)\s*:\s?(.*)$")
-SUMMARY_END = re.compile(r"^\s*(?:={8,}|-{8,})\s*$")
-
-
-@dataclass
-class SummaryEntry:
-    """One failed worker in torchrun's summary: its rank, and its error file's time."""
-
-    start: int  # index of its `traceback :` line in the log
-    rank: int | None
-    time: dt.datetime | None
-
-
-def summary_entries(log: list[LogLine]) -> dict[int, SummaryEntry]:
-    """Log line index -> the summary entry whose traceback holds that line."""
-    out: dict[int, SummaryEntry] = {}
-    index = 0
-    while index < len(log):
-        if not SUMMARY_ENTRY.match(log[index].text):
-            index += 1
-            continue
-        fields: dict[str, tuple[int, str]] = {}
-        index += 1
-        while index < len(log):
-            found = SUMMARY_FIELD.match(log[index].text)
-            if not found or found.group(1) in fields:
-                break
-            fields[found.group(1)] = (index, found.group(2))
-            index += 1
-            if found.group(1) == "traceback":
-                break
-        if "traceback" not in fields:
-            continue
-        rank = re.match(r"\s*(\d+)", fields.get("rank", (0, ""))[1])
-        stamp = fields.get("time")
-        entry = SummaryEntry(fields["traceback"][0], int(rank.group(1)) if rank else None,
-                             _summary_time(stamp[1], log[stamp[0]].time) if stamp else None)
-        out[entry.start] = entry
-        while index < len(log) and not SUMMARY_ENTRY.match(log[index].text) and \
-                not SUMMARY_END.match(log[index].text):
-            out[index] = entry
-            index += 1
-    return out
-
-
-def _summary_time(text: str, printed: dt.datetime | None) -> dt.datetime | None:
-    """torchrun prints the error file's timestamp in the node's local time, to the second: read
-    as UTC, then moved by the whole quarter hours between it and the time the line was logged
-    (the summary follows the failure within seconds)."""
-    try:
-        local = dt.datetime.strptime(text.strip(), "%Y-%m-%d_%H:%M:%S").replace(tzinfo=dt.timezone.utc)
-    except ValueError:
-        return None
-    if printed is None:
-        return local
-    quarter = dt.timedelta(minutes=15)
-    return local + round((printed - local) / quarter) * quarter
-
-
 def findings_of(view: PodView) -> list[Finding]:
     """What one pod's status, events and log say: the first line of each signature."""
     out: list[Finding] = []
@@ -219,12 +145,12 @@ def findings_of(view: PodView) -> list[Finding]:
         entry = summary.get(index)
         if entry is not None:
             # a copy in torchrun's summary: the error file's time (the failure's), not the summary's
-            evidence = _traceback_before(view.log, index, entry.start) if sig.id == "python-exception" \
+            evidence = traceback_before(view.log, index, entry.start) if sig.id == "python-exception" \
                 else [line.text.strip()]
             evidence = [re.sub(r"^\s*traceback\s*:\s*", "", text).strip() for text in evidence]
             add(*hit, entry.time or line.time or view.finished, evidence, False, entry.rank)
         else:
-            evidence = _traceback_before(view.log, index) if sig.id == "python-exception" else [line.text]
+            evidence = traceback_before(view.log, index) if sig.id == "python-exception" else [line.text]
             prefix = PREFIX.match(line.text)
             add(*hit, line.time or view.finished, evidence, line.time is not None,
                 int(prefix.group(1)) if prefix else None)
@@ -277,7 +203,7 @@ def silent_rank(views: list[PodView], now: dt.datetime) -> Finding | None:
     (trainer/progress.py), so it is not merely waiting too."""
     waits: dict[str, list[dt.datetime]] = {}
     interval = None
-    training = [v for v in views if v.role == "train"]
+    training = [v for v in views if v.role == TRAINING]
     for view in training:
         for line in view.log:
             hit = signatures.match(line.text, "log") if line.time else None
@@ -438,7 +364,7 @@ def _unplaced_rank(first: Finding, views: list[PodView]) -> None:
     if not found:
         return
     rank = int(found.group(1))
-    owner = next((v for v in views if v.rank == rank and v.role == "train"), None)
+    owner = next((v for v in views if v.rank == rank and v.role == TRAINING), None)
     first.pod = owner or PodView(name="", rank=rank, host=found.group(2) or "", phase="Pending")
     if found.group(2):
         first.pod.host = found.group(2)
@@ -474,7 +400,7 @@ def _rendezvous_names(first: Finding, views: list[PodView]) -> None:
     """A rendezvous timeout names the ranks that never joined: those that never logged, or never ran."""
     if first.signature != "rendezvous-timeout":
         return
-    absent = [v for v in views if v.role == "train" and v is not first.pod and (not v.log or v.phase == "Pending")]
+    absent = [v for v in views if v.role == TRAINING and v is not first.pod and (not v.log or v.phase == "Pending")]
     if absent:
         first.cause += "; never joined: " + ", ".join(f"{v.label} ({v.phase or 'no pod'})" for v in absent)
 

@@ -21,7 +21,7 @@ import re
 import statistics
 from dataclasses import dataclass, field
 
-from .views import PodView, parse_time
+from .views import TRAINING, PodView, parse_time
 
 SLOW_RATIO = 1.3
 SLOW_WINDOWS = 3
@@ -74,7 +74,7 @@ def _current_views(views: list[PodView]) -> list[PodView]:
     """Each training rank's latest pod (an earlier attempt's records are history)."""
     latest: dict[int, PodView] = {}
     for view in views:
-        if view.role != "train" or view.rank is None:
+        if view.role != TRAINING or view.rank is None:
             continue
         known = latest.get(view.rank)
         if known is None or (view.created or dt.datetime.min.replace(tzinfo=dt.timezone.utc)) >= \

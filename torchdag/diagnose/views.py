@@ -7,8 +7,12 @@ import datetime as dt
 import re
 from dataclasses import dataclass, field
 
-RANK_LABEL = "torchdag.io/node-rank"
-ROLE_LABEL = "torchdag.io/role"
+from ..catalog import catalog
+
+RANK_LABEL = catalog()["labels"]["nodeRank"]
+ROLE_LABEL = catalog()["labels"]["role"]
+HOST_LABEL = catalog()["hostLabel"]
+TRAINING = catalog()["container"]["retryStep"]  # a node's pod's role: the step that trains
 NODE_NAME_ANNOTATION = "workflows.argoproj.io/node-name"
 WORKFLOW_LABEL = "workflows.argoproj.io/workflow"
 MAX_POD_PREFIX = 253 - 10 - 1  # Argo's maxPrefixLength - 1 (Kubernetes' name limit less a hash)
@@ -56,7 +60,7 @@ class PodView:
 
     name: str
     rank: int | None = None
-    role: str = "train"  # train, or the watch tasks (gang-watch, schedule-watch), or another task
+    role: str = TRAINING  # train, or the watch tasks (gang-watch, schedule-watch), or another task
     host: str = ""  # the host the node asks for (its affinity), else where it was placed
     node_name: str = ""  # where the scheduler placed it ("" while unscheduled)
     address: str = ""
@@ -104,9 +108,9 @@ def _affinity_host(spec: dict) -> str:
               .get("requiredDuringSchedulingIgnoredDuringExecution") or {}).get("nodeSelectorTerms") or [])
     for term in terms:
         for expr in term.get("matchExpressions") or []:
-            if expr.get("key") == "kubernetes.io/hostname" and expr.get("values"):
+            if expr.get("key") == HOST_LABEL and expr.get("values"):
                 return expr["values"][0]
-    return (spec.get("nodeSelector") or {}).get("kubernetes.io/hostname", "")
+    return (spec.get("nodeSelector") or {}).get(HOST_LABEL, "")
 
 
 def _main_container(status: dict) -> dict:
@@ -119,7 +123,7 @@ def pod_view(pod: dict) -> PodView:
     labels, annotations = meta.get("labels") or {}, meta.get("annotations") or {}
     rank = labels.get(RANK_LABEL)
     view = PodView(name=meta.get("name", ""), rank=int(rank) if rank and rank.isdigit() else None,
-                   role="train" if rank is not None else labels.get(ROLE_LABEL, "task"),
+                   role=TRAINING if rank is not None else labels.get(ROLE_LABEL, "task"),
                    host=_affinity_host(spec), node_name=spec.get("nodeName") or "",
                    address=status.get("podIP") or status.get("hostIP") or "", phase=status.get("phase", ""),
                    reason=status.get("reason") or "", message=status.get("message") or "",
@@ -164,7 +168,7 @@ def node_views(workflow: dict, known: set[str]) -> list[PodView]:
         params = {p.get("name"): p.get("value") for p in (node.get("inputs") or {}).get("parameters") or []}
         rank = params.get("node-rank")
         view = PodView(name=pod_name, rank=int(rank) if rank and str(rank).isdigit() else None,
-                       role="train" if rank is not None else node.get("templateName", "task"),
+                       role=TRAINING if rank is not None else node.get("templateName", "task"),
                        host=params.get("host") or node.get("hostNodeName") or "", node_name=node.get("hostNodeName")
                        or "", phase=node.get("phase", ""), message=node.get("message") or "",
                        created=parse_time(node.get("startedAt")), finished=parse_time(node.get("finishedAt")),
