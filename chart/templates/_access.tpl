@@ -10,8 +10,10 @@ Usage: include "torchdag.ascendPodSecurity" (dict "values" $v "ascend" $entry.as
 {{- if and .ascend (not (kindIs "invalid" $group)) -}}
 {{- $given := .values.securityContext | default dict -}}
 {{- $restricted := eq .values.podSecurity "restricted" -}}
-{{- range $key := list "runAsUser" "runAsGroup" "fsGroup" }}{{ if hasKey $given $key }}{{ $lines = append $lines (printf "%s: %d" $key (int64 (index $given $key))) }}{{ end }}{{ end -}}
-{{- if or (hasKey $given "runAsNonRoot") $restricted }}{{ $lines = append $lines (printf "runAsNonRoot: %t" (ternary $given.runAsNonRoot true (hasKey $given "runAsNonRoot"))) }}{{ end -}}
+{{- range $key := list "runAsUser" "runAsGroup" "fsGroup" }}{{ if hasKey $given $key }}{{ $lines = append $lines (printf "%s: %d" $key (int64 (index $given
+      $key))) }}{{ end }}{{ end -}}
+{{- if or (hasKey $given "runAsNonRoot") $restricted }}{{ $lines = append $lines (printf "runAsNonRoot: %t" (ternary $given.runAsNonRoot true (hasKey $given
+      "runAsNonRoot"))) }}{{ end -}}
 {{- $groups := list -}}
 {{- range $given.supplementalGroups }}{{ $groups = append $groups (printf "%d" (int64 .)) }}{{ end -}}
 {{- if not (has (printf "%d" (int64 $group)) $groups) }}{{ $groups = append $groups (printf "%d" (int64 $group)) }}{{ end -}}

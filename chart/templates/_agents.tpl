@@ -10,7 +10,8 @@ Usage: include "torchdag.agents" (dict "root" $ "catalog" $cat "values" $v "pod"
 {{- $runsPreflight := or $v.preflight.enabled .pod -}}
 {{- range $v.nodes }}{{ if eq (.nic | default (ternary $v.network.nic "" $.pod)) "auto" }}{{ $runsPreflight = true }}{{ end }}{{ end -}}
 {{- $recording := include "torchdag.recorder" (dict "catalog" .catalog "values" $v) | fromJsonArray | empty | not -}}
-{{- $watch := false }}{{ range $v.scheduling.watchCommand }}{{ if hasPrefix (printf "%s/" (trimSuffix "/" $entry.path)) . }}{{ $watch = true }}{{ end }}{{ end -}}
+{{- $watch := false }}{{ range $v.scheduling.watchCommand }}{{ if hasPrefix (printf "%s/" (trimSuffix "/" $entry.path)) . }}{{ $watch =
+      true }}{{ end }}{{ end -}}
 {{- $facts := dict "recorder" $recording "preflight" $runsPreflight "watch" $watch -}}
 {{- $files := include "torchdag.items" (dict "items" $entry.files "facts" $facts) | fromJsonArray -}}
 {{- $out := dict -}}
@@ -18,11 +19,13 @@ Usage: include "torchdag.agents" (dict "root" $ "catalog" $cat "values" $v "pod"
 {{- $lines := include "torchdag.items" (dict "items" $entry.manifest "facts" (dict "name" (toJson $entry.configMap))) | fromJsonArray -}}
 {{- range $name := $files -}}
 {{- $lines = append $lines (printf "  %s: |" (toJson $name)) -}}
-{{- range initial (splitList "\n" ($.root.Files.Get (printf "files/agents/%s" $name))) }}{{ $lines = append $lines (ternary (printf "    %s" .) "" (ne . "")) }}{{ end -}}
+{{- range initial (splitList "\n" ($.root.Files.Get (printf "files/agents/%s" $name))) }}{{ $lines = append $lines (ternary (printf "    %s" .) "" (ne .
+      "")) }}{{ end -}}
 {{- end -}}
 {{- $manifest := list -}}
 {{- range $lines }}{{ $manifest = append $manifest (ternary (printf "        %s" .) "" (ne . "")) }}{{ end -}}
-{{- $out = dict "task" $entry.task "files" $files "manifest" $manifest "volume" (dict "name" $entry.volume "configMap" (dict "name" $entry.configMap)) "mount" (dict "name" $entry.volume "mountPath" $entry.path "readOnly" true) -}}
+{{- $out = dict "task" $entry.task "files" $files "manifest" $manifest "volume" (dict "name" $entry.volume "configMap" (dict "name" $entry.configMap)) "mount"
+      (dict "name" $entry.volume "mountPath" $entry.path "readOnly" true) -}}
 {{- end -}}
 {{- toJson $out -}}
 {{- end -}}
@@ -82,9 +85,11 @@ or when launcher.extraArgs makes the script no Python file). Takes (dict "catalo
 {{/* summary.summary_lines()' facts on the script's backend and the helpers. Takes (dict "plan" "values"). */}}
 {{- define "torchdag.agentsFacts" -}}
 {{- $buckets := false }}{{ range .plan.shapes }}{{ if and (eq $.plan.backend "gloo") (ne .device "cpu") }}{{ $buckets = true }}{{ end }}{{ end -}}
-{{- $roles := list }}{{ range include "torchdag.rbacRoles" .plan | fromJsonArray }}{{ $roles = append $roles (printf "%s/%s.yaml" $.plan.catalog.rbac.folder .) }}{{ end -}}
+{{- $roles := list }}{{ range include "torchdag.rbacRoles" .plan | fromJsonArray }}{{ $roles = append $roles (printf "%s/%s.yaml" $.plan.catalog.rbac.folder
+      .) }}{{ end -}}
 {{- $roles = join "," $roles -}}
-{{- toJson (dict "cpuBuckets" $buckets "agentsCarried" (not (empty .plan.agents)) "agentsFromImage" (not .values.agents.fromWorkflow) "agentCount" (len (.plan.agents.files | default list)) "agentsPath" .plan.catalog.agents.path "roles" $roles) -}}
+{{- toJson (dict "cpuBuckets" $buckets "agentsCarried" (not (empty .plan.agents)) "agentsFromImage" (not .values.agents.fromWorkflow) "agentCount" (len
+      (.plan.agents.files | default list)) "agentsPath" .plan.catalog.agents.path "roles" $roles) -}}
 {{- end -}}
 
 {{/* torchdag/rbac.py's roles(): the names of the Roles a job needs (catalogue `rbac`), as a JSON list. Takes the plan. */}}

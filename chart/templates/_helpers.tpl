@@ -105,17 +105,25 @@ and last four rows of a large job. Takes (dict "plan" "values" "short" "prefix")
 {{- $pg := $v.timeouts.processGroup -}}
 {{- $texts := $plan.catalog.summary -}}
 {{- $scheduling := $v.scheduling -}}
-{{- $gang := dict "gang" $scheduling.gang "timeout" (printf "%d" (int64 $scheduling.timeout)) "queue" (include "torchdag.fill" (dict "text" (ternary $texts.queue.some $texts.queue.none (not (empty $scheduling.queue))) "fields" $scheduling)) -}}
+{{- $gang := dict "gang" $scheduling.gang "timeout" (printf "%d" (int64 $scheduling.timeout)) "queue" (include "torchdag.fill" (dict "text" (ternary
+      $texts.queue.some $texts.queue.none (not (empty $scheduling.queue))) "fields" $scheduling)) -}}
 {{- $hccl := ternary "0" (include "torchdag.hcclExecTimeout" (dict "catalog" $plan.catalog "seconds" $pg)) (empty $pg) -}}
-{{- $facts := dict "name" $v.name "count" $count "worldSize" $plan.worldSize "backend" $plan.backend "reason" $plan.backendReason "master" $plan.master.name "address" $plan.masterAddress "port" (int64 $v.port) "podNetwork" (not (empty $plan.network)) "run" $plan.catalog.network.run -}}
-{{- $_ := merge $facts (dict "gang" (include "torchdag.fill" (dict "text" (ternary $texts.gang.none $texts.gang.some (eq $scheduling.gang "none")) "fields" $gang)) "restarts" (int64 $v.failurePolicy.maxRestarts) "hcclExecTimeout" $hccl "pgTimeout" (int64 $pg) "nodeRecovery" $plan.nodeRecovery "minNodes" $plan.elasticFrom) -}}
-{{- $_ := merge $facts (dict "step" (int64 $plan.catalog.hcclExecTimeout.step) "max" (int64 $plan.catalog.hcclExecTimeout.max)) (include "torchdag.agentsFacts" (dict "plan" $plan "values" $v) | fromJson) -}}
-{{- range $plan.shapes }}{{ if and $pg (index $plan.catalog.devices .device).ascend (ne $hccl (printf "%d" (int64 $pg))) }}{{ $_ := set $facts "hcclRounded" true }}{{ end }}{{ end -}}
+{{- $facts := dict "name" $v.name "count" $count "worldSize" $plan.worldSize "backend" $plan.backend "reason" $plan.backendReason "master" $plan.master.name
+      "address" $plan.masterAddress "port" (int64 $v.port) "podNetwork" (not (empty $plan.network)) "run" $plan.catalog.network.run -}}
+{{- $_ := merge $facts (dict "gang" (include "torchdag.fill" (dict "text" (ternary $texts.gang.none $texts.gang.some (eq $scheduling.gang "none")) "fields"
+      $gang)) "restarts" (int64 $v.failurePolicy.maxRestarts) "hcclExecTimeout" $hccl "pgTimeout" (int64 $pg) "nodeRecovery" $plan.nodeRecovery "minNodes"
+      $plan.elasticFrom) -}}
+{{- $_ := merge $facts (dict "step" (int64 $plan.catalog.hcclExecTimeout.step) "max" (int64 $plan.catalog.hcclExecTimeout.max)) (include "torchdag.agentsFacts"
+      (dict "plan" $plan "values" $v) | fromJson) -}}
+{{- range $plan.shapes }}{{ if and $pg (index $plan.catalog.devices .device).ascend (ne $hccl (printf "%d" (int64 $pg))) }}{{ $_ := set $facts "hcclRounded"
+      true }}{{ end }}{{ end -}}
 {{- $half := div (int $texts.shortRows) 2 -}}
 {{- $short := and .short (gt $count (mul 2 $half)) -}}
-{{- $columns := $texts.columns }}{{ $widths := dict }}{{ $header := dict }}{{ range $columns }}{{ $_ := set $widths . (len .) }}{{ $_ := set $header . . }}{{ end -}}
+{{- $columns := $texts.columns }}{{ $widths := dict }}{{ $header := dict }}{{ range $columns }}{{ $_ := set $widths . (len .) }}{{ $_ := set $header .
+      . }}{{ end -}}
 {{- range $key, $node := $plan.nodes }}{{ if or (not $short) (lt (int $node.rank) $half) (ge (int $node.rank) (sub $count $half)) -}}
-{{- range $column, $cell := include "torchdag.summaryCells" $node | fromJson }}{{ $_ := set $widths $column (max (index $widths $column) (len $cell)) }}{{ end -}}
+{{- range $column, $cell := include "torchdag.summaryCells" $node | fromJson }}{{ $_ := set $widths $column (max (index $widths $column) (len
+      $cell)) }}{{ end -}}
 {{- end }}{{ end -}}
 {{- range $index, $line := include "torchdag.items" (dict "items" $texts.lines "facts" $facts) | fromJsonArray }}
 {{- if $index }}{{ "\n" }}{{ end }}{{ $prefix }}{{ $line }}
@@ -133,12 +141,15 @@ and last four rows of a large job. Takes (dict "plan" "values" "short" "prefix")
 
 {{/* One node's cells in the summary table, by column (catalogue summary.columns), as JSON. */}}
 {{- define "torchdag.summaryCells" -}}
-{{- toJson (dict "rank" (toString .rank) "node" .name "address" .address "nic" (.nic | default "-") "accelerator" .accelerator "devices" (toString .devices) "template" .shape.name) -}}
+{{- toJson (dict "rank" (toString .rank) "node" .name "address" .address "nic" (.nic | default "-") "accelerator" .accelerator "devices" (toString .devices)
+      "template" .shape.name) -}}
 {{- end -}}
 
-{{/* One line of the summary table: the first column right-aligned, the others left-aligned, trailing spaces dropped. Takes (dict "columns" "widths" "cells"). */}}
+{{/* One line of the summary table: the first column right-aligned, the others left-aligned, trailing spaces dropped. Takes (dict "columns" "widths"
+      "cells"). */}}
 {{- define "torchdag.summaryRow" -}}
-{{- $parts := list }}{{ range $index, $column := .columns }}{{ $parts = append $parts (printf (ternary "%*s" "%-*s" (eq $index 0)) (int (index $.widths $column)) (index $.cells $column)) }}{{ end -}}
+{{- $parts := list }}{{ range $index, $column := .columns }}{{ $parts = append $parts (printf (ternary "%*s" "%-*s" (eq $index 0)) (int (index $.widths
+      $column)) (index $.cells $column)) }}{{ end -}}
 {{- regexReplaceAll " +$" (join "  " $parts) "" -}}
 {{- end -}}
 

@@ -6,7 +6,7 @@ data (`container`), conditioned on and filled from the facts computed here under
 names. Usage: include "torchdag.plan" (dict "root" $ "plan" $plan)
 */}}
 {{- define "torchdag.plan" -}}
-{{- $cat := include "torchdag.catalog" .root | fromJson -}}
+{{- $cat := include "torchdag.catalog" .root | fromYaml -}}
 {{- include "torchdag.validate" (dict "root" .root "catalog" $cat) -}}
 {{- $v := .root.Values -}}
 {{- $plan := .plan -}}
@@ -34,7 +34,9 @@ names. Usage: include "torchdag.plan" (dict "root" $ "plan" $plan)
 {{- $nodeName := include "torchdag.fill" (dict "text" $cat.nodeName "fields" (dict "rank" "%d")) }}{{/* catalog.node_name as a printf format */ -}}
 {{- $timeouts := $v.timeouts -}}
 {{- $pg := $timeouts.processGroup -}}
-{{- $job := dict "backend" $backend "nnodes" (toString (len $nodes)) "masterAddress" (ternary (include "torchdag.fill" (dict "text" $cat.network.masterAddress "fields" (dict "master" (printf $nodeName 0) "run" $cat.network.run "clusterDomain" $v.network.clusterDomain))) ($master.address | default $master.name) $pod) "port" (printf "%d" (int64 $v.port)) "python" $v.launcher.python -}}
+{{- $job := dict "backend" $backend "nnodes" (toString (len $nodes)) "masterAddress" (ternary (include "torchdag.fill" (dict "text" $cat.network.masterAddress
+      "fields" (dict "master" (printf $nodeName 0) "run" $cat.network.run "clusterDomain" $v.network.clusterDomain))) ($master.address | default $master.name)
+      $pod) "port" (printf "%d" (int64 $v.port)) "python" $v.launcher.python -}}
 {{- $_ := set $job "preflightTimeout" (printf "%d" (int64 $v.preflight.timeout)) -}}
 {{- $_ := set $job "launcherMaxRestarts" (ternary "" (printf "%d" (int64 $v.launcher.maxRestarts)) (kindIs "invalid" $v.launcher.maxRestarts)) -}}
 {{- range $fact, $seconds := dict "rendezvous" $timeouts.rendezvous "pgTimeout" $pg "hcclConnect" $timeouts.hcclConnect -}}
@@ -42,25 +44,31 @@ names. Usage: include "torchdag.plan" (dict "root" $ "plan" $plan)
 {{- end -}}
 {{- $_ := set $job "hcclExecTimeout" (ternary "" (include "torchdag.hcclExecTimeout" (dict "catalog" $cat "seconds" $pg)) (empty $pg)) -}}
 {{- $_ := set $job "restarts" (gt $restarts 0) -}}
-{{- include "torchdag.recoveryFacts" (dict "plan" $plan "job" $job "values" $v "catalog" $cat) }}{{ $nodeRecovery := $plan.nodeRecovery }}{{ $elasticFrom := $plan.elasticFrom -}}
+{{- include "torchdag.recoveryFacts" (dict "plan" $plan "job" $job "values" $v "catalog" $cat) }}{{ $nodeRecovery := $plan.nodeRecovery }}{{ $elasticFrom :=
+      $plan.elasticFrom -}}
 {{- $_ := set $job "whitelistDisable" $v.ascend.whitelistDisable -}}
 {{- $_ := merge $job (dict "podNetwork" $pod "rendezvousWait" (printf "%d" (int64 ($timeouts.rendezvous | default $cat.network.rendezvousDefault)))) -}}
-{{- $inputs := dict }}{{ range $container.parameters }}{{ $name := . }}{{ if kindIs "map" . }}{{ $name = .value }}{{ end }}{{ $_ := set $inputs $name (include "torchdag.fill" (dict "text" $container.inputParameter "fields" (dict "name" $name))) }}{{ $_ := set $job (printf "input:%s" $name) (index $inputs $name) }}{{ end -}}
+{{- $inputs := dict }}{{ range $container.parameters }}{{ $name := . }}{{ if kindIs "map" . }}{{ $name = .value }}{{ end }}{{ $_ := set $inputs $name (include
+      "torchdag.fill" (dict "text" $container.inputParameter "fields" (dict "name" $name))) }}{{ $_ := set $job (printf "input:%s" $name) (index $inputs
+      $name) }}{{ end -}}
 
 {{- /* the job-wide parts of every container */ -}}
 {{- $mountsDriver := false -}}
-{{- range $nodes }}{{ if (index $cat.kinds (.accelerator | default $cat.defaultAccelerator)).ascend }}{{ $mountsDriver = $v.ascend.mountDriver }}{{ end }}{{ end -}}
+{{- range $nodes }}{{ if (index $cat.kinds (.accelerator | default $cat.defaultAccelerator)).ascend }}{{ $mountsDriver =
+      $v.ascend.mountDriver }}{{ end }}{{ end -}}
 {{- $userEnv := list -}}
 {{- range $name, $value := $v.env }}{{ $userEnv = append $userEnv (list $name (replace "$" "$$" $value)) }}{{ end -}}
 {{- /* torchrun's ${local_rank} macro reads $$ as $ too: the script and its args are escaped twice (on JSON text) */ -}}
-{{- $scriptArgs := replace "$" "$$" (toJson (concat (include "torchdag.recorder" (dict "catalog" $cat "values" $v) | fromJsonArray) (prepend ($v.args | default list) $v.script))) | fromJsonArray -}}
+{{- $scriptArgs := replace "$" "$$" (toJson (concat (include "torchdag.recorder" (dict "catalog" $cat "values" $v) | fromJsonArray) (prepend ($v.args | default
+      list) $v.script))) | fromJsonArray -}}
 {{- $agents := include "torchdag.agents" (dict "root" .root "catalog" $cat "values" $v "pod" $pod) | fromJson -}}
 {{- $shmMounts := list -}}
 {{- if $v.shmSize }}{{ $shmMounts = list (dict "name" $cat.shmVolume.name "mountPath" $cat.shmVolume.mountPath) }}{{ end -}}
 {{- $driverMounts := list -}}
 {{- range $cat.ascendMounts }}{{ $driverMounts = append $driverMounts (dict "name" .name "mountPath" .mountPath "readOnly" true) }}{{ end -}}
 {{- $userMounts := list -}}
-{{- range $v.volumes }}{{ $userMounts = append $userMounts (ternary (dict "name" .name "mountPath" .mountPath "readOnly" true) (dict "name" .name "mountPath" .mountPath) (eq (toString .readOnly) "true")) }}{{ end -}}
+{{- range $v.volumes }}{{ $userMounts = append $userMounts (ternary (dict "name" .name "mountPath" .mountPath "readOnly" true) (dict "name" .name "mountPath"
+      .mountPath) (eq (toString .readOnly) "true")) }}{{ end -}}
 
 {{- $resourcesByKey := dict -}}
 {{- $shapes := list -}}
@@ -81,7 +89,8 @@ names. Usage: include "torchdag.plan" (dict "root" $ "plan" $plan)
 {{- $nicMode := ternary "none" (ternary "auto" "named" (eq $nic "auto")) (eq $nic "") -}}
 {{- $hasIfIp := and $entry.ifIp (not $pod) (regexMatch $cat.ipv4 $address) -}}
 {{- $resourcesKey := printf "%s|%d|%s" $kind $devices (ternary (toJson $node.resources) "-" (hasKey $node "resources")) -}}
-{{- if not (hasKey $resourcesByKey $resourcesKey) }}{{ $_ := set $resourcesByKey $resourcesKey (include "torchdag.resources" (dict "node" $node "values" $v "entry" $entry "kind" $kind "devices" $devices) | fromJson) }}{{ end -}}
+{{- if not (hasKey $resourcesByKey $resourcesKey) }}{{ $_ := set $resourcesByKey $resourcesKey (include "torchdag.resources" (dict "node" $node "values" $v
+      "entry" $entry "kind" $kind "devices" $devices) | fromJson) }}{{ end -}}
 {{- $resources := index $resourcesByKey $resourcesKey -}}
 {{- $shared := dict "accelerator" $kind "devices" $devices "resources" (toJson $resources) "nicMode" $nicMode "hasIfIp" $hasIfIp -}}
 {{- $_ := set $shared "labels" (toJson ($node.labels | default dict)) -}}
@@ -89,25 +98,33 @@ names. Usage: include "torchdag.plan" (dict "root" $ "plan" $plan)
 {{- if not (hasKey $shapeByKey $key) -}}
 
 {{- /* plan.shape_facts, then plan._shape: the shape's lists from the catalogue */ -}}
-{{- $facts := dict "accelerator" $kind "device" $entry.device "devices" (toString $devices) "ascend" $entry.ascend "hasIfIp" $hasIfIp "ifIpDevice" $entry.ifIp "ownResources" (hasKey $node "resources") -}}
+{{- $facts := dict "accelerator" $kind "device" $entry.device "devices" (toString $devices) "ascend" $entry.ascend "hasIfIp" $hasIfIp "ifIpDevice" $entry.ifIp
+      "ownResources" (hasKey $node "resources") -}}
 {{- range $fact, $value := $job }}{{ $_ := set $facts $fact $value }}{{ end -}}
 {{- range $mode := list "named" "auto" "none" }}{{ $_ := set $facts (printf "nic%s" (title $mode)) (eq $mode $nicMode) }}{{ end -}}
 {{- range $device, $info := $cat.devices }}{{ $_ := set $facts $device (eq $device $entry.device) }}{{ end -}}
 {{- $setEnv := and $entry.ascend $v.ascend.setEnvScript -}}
 {{- $command := list -}}
-{{- if $setEnv }}{{ $command = append (include "torchdag.items" (dict "items" $cat.setEnvCommand "facts" (dict "wrapper" $cat.setEnvWrapper)) | fromJsonArray) (replace "$" "$$" $setEnv) }}{{ end -}}
+{{- if $setEnv }}{{ $command = append (include "torchdag.items" (dict "items" $cat.setEnvCommand "facts" (dict "wrapper" $cat.setEnvWrapper)) | fromJsonArray)
+      (replace "$" "$$" $setEnv) }}{{ end -}}
 {{- $words := list -}}
-{{- if or $v.preflight.enabled (eq $nicMode "auto") $pod }}{{ $words = concat $v.preflight.command (include "torchdag.items" (dict "items" $container.preflightArgs "facts" $facts) | fromJsonArray) }}{{ end -}}
+{{- if or $v.preflight.enabled (eq $nicMode "auto") $pod }}{{ $words = concat $v.preflight.command (include "torchdag.items" (dict "items"
+      $container.preflightArgs "facts" $facts) | fromJsonArray) }}{{ end -}}
 {{- $words = concat $words (include "torchdag.items" (dict "items" (index $container.launchers $v.launcher.type) "facts" $facts) | fromJsonArray) -}}
 {{- $command = concat $command (replace "$" "$$" (toJson $words) | fromJsonArray) -}}
-{{- $args := concat (include "torchdag.items" (dict "items" $container.launcherArgs "facts" $facts) | fromJsonArray) ($v.launcher.extraArgs | default list) $scriptArgs -}}
+{{- $args := concat (include "torchdag.items" (dict "items" $container.launcherArgs "facts" $facts) | fromJsonArray) ($v.launcher.extraArgs | default list)
+      $scriptArgs -}}
 {{- $env := concat (include "torchdag.items" (dict "items" $container.env "facts" $facts) | fromJsonArray) $userEnv -}}
 {{- $base := include "torchdag.fill" (dict "text" $container.shapeName "fields" $facts) -}}
 {{- $_ := set $byBase $base (add1 (get $byBase $base | default 0)) -}}
 {{- $shape := dict "base" $base "suffixes" (include "torchdag.items" (dict "items" $container.shapeSuffixes "facts" $facts) | fromJsonArray) -}}
 {{- $_ := set $shape "parameters" (include "torchdag.items" (dict "items" $container.parameters "facts" $facts) | fromJsonArray) -}}
-{{- $_ := set $shape "mounts" (concat $shmMounts (ternary $driverMounts list (and $entry.ascend $mountsDriver)) $userMounts (ternary (list $agents.mount) list (not (empty $agents)))) -}}
-{{- range $field, $value := dict "accelerator" $kind "device" $entry.device "devices" $devices "command" $command "args" (replace "$" "$$" (toJson $args) | fromJsonArray) "env" $env "fieldEnv" (include "torchdag.items" (dict "items" $container.fieldEnv "facts" $facts) | fromJsonArray) "resources" $resources "setEnv" $setEnv "podSecurity" (include "torchdag.ascendPodSecurity" (dict "values" $v "ascend" $entry.ascend) | fromJsonArray) "labels" ($node.labels | default dict) }}{{ $_ := set $shape $field $value }}{{ end -}}
+{{- $_ := set $shape "mounts" (concat $shmMounts (ternary $driverMounts list (and $entry.ascend $mountsDriver)) $userMounts (ternary (list $agents.mount) list
+      (not (empty $agents)))) -}}
+{{- range $field, $value := dict "accelerator" $kind "device" $entry.device "devices" $devices "command" $command "args" (replace "$" "$$" (toJson $args) |
+      fromJsonArray) "env" $env "fieldEnv" (include "torchdag.items" (dict "items" $container.fieldEnv "facts" $facts) | fromJsonArray) "resources" $resources
+      "setEnv" $setEnv "podSecurity" (include "torchdag.ascendPodSecurity" (dict "values" $v "ascend" $entry.ascend) | fromJsonArray) "labels" ($node.labels |
+      default dict) }}{{ $_ := set $shape $field $value }}{{ end -}}
 {{- $_ := set $shapeByKey $key $shape -}}
 {{- $shapes = append $shapes $shape -}}
 {{- end -}}
@@ -116,7 +133,8 @@ names. Usage: include "torchdag.plan" (dict "root" $ "plan" $plan)
 {{- $given := dict "host" $node.name "node-rank" (toString $rank) "nic" $nic "if-ip" $address "restart" $container.argoArguments.restart -}}
 {{- $arguments := list -}}
 {{- range $shape.parameters }}{{ if hasKey $given . }}{{ $arguments = append $arguments (list . (index $given .)) }}{{ end }}{{ end -}}
-{{- $_ := set $planned (printf "%08d" $rank) (dict "task" (printf $nodeName $rank) "rank" $rank "name" $node.name "address" $address "nic" $nic "accelerator" $kind "devices" $devices "shape" $shape "arguments" $arguments) -}}
+{{- $_ := set $planned (printf "%08d" $rank) (dict "task" (printf $nodeName $rank) "rank" $rank "name" $node.name "address" $address "nic" $nic "accelerator"
+      $kind "devices" $devices "shape" $shape "arguments" $arguments) -}}
 {{- $worldSize = add $worldSize $devices -}}
 {{- $rank = add1 $rank -}}
 {{- end -}}
@@ -134,23 +152,29 @@ names. Usage: include "torchdag.plan" (dict "root" $ "plan" $plan)
 
 {{- /* plan.volumes */ -}}
 {{- $volumes := list -}}
-{{- if $v.shmSize }}{{ $volumes = append $volumes (dict "name" $cat.shmVolume.name "emptyDir" (dict "medium" $cat.shmVolume.medium "sizeLimit" (include "torchdag.quantity" $v.shmSize))) }}{{ end -}}
+{{- if $v.shmSize }}{{ $volumes = append $volumes (dict "name" $cat.shmVolume.name "emptyDir" (dict "medium" $cat.shmVolume.medium "sizeLimit" (include
+      "torchdag.quantity" $v.shmSize))) }}{{ end -}}
 {{- if $mountsDriver -}}
 {{- $driver := dict "driver" (regexReplaceAll "/+$" $v.ascend.driverPath "") -}}
-{{- range $cat.ascendMounts }}{{ $volumes = append $volumes (dict "name" .name "hostPath" (dict "path" (include "torchdag.fill" (dict "text" .hostPath "fields" $driver)) "type" .type)) }}{{ end -}}
+{{- range $cat.ascendMounts }}{{ $volumes = append $volumes (dict "name" .name "hostPath" (dict "path" (include "torchdag.fill" (dict "text" .hostPath "fields"
+      $driver)) "type" .type)) }}{{ end -}}
 {{- end -}}
 {{- range $v.volumes -}}
 {{- if .hostPath -}}
 {{- $volumes = append $volumes (dict "name" .name "hostPath" (ternary (pick .hostPath "path" "type") (pick .hostPath "path") (not (empty .hostPath.type)))) -}}
 {{- else -}}
-{{- $volumes = append $volumes (dict "name" .name "persistentVolumeClaim" (ternary (dict "claimName" .persistentVolumeClaim.claimName "readOnly" true) (dict "claimName" .persistentVolumeClaim.claimName) (eq (toString .readOnly) "true"))) -}}
+{{- $volumes = append $volumes (dict "name" .name "persistentVolumeClaim" (ternary (dict "claimName" .persistentVolumeClaim.claimName "readOnly" true) (dict
+      "claimName" .persistentVolumeClaim.claimName) (eq (toString .readOnly) "true"))) -}}
 {{- end -}}
 {{- end -}}
 
 {{- with $agents }}{{ $volumes = append $volumes .volume }}{{ end -}}
 {{- /* plan.retry_strategy: whole-job restarts */ -}}
-{{- if $restarts }}{{ $_ := set $plan (ternary "nodeRetry" "retry" $nodeRecovery) (dict "limit" (toString $restarts) "retryPolicy" $cat.restartStrategy.retryPolicy "backoff" (dict "duration" (printf "%ds" (int64 $v.failurePolicy.backoffSeconds)) "factor" (printf "%d" (int64 $cat.restartStrategy.factor)))) }}{{ end -}}
-{{- if and $restarts (not $v.timeouts.workflowDeadline) }}{{ $_ := set (ternary $plan.nodeRetry $plan.retry $nodeRecovery).backoff "cap" (printf "%ds" (max (int64 $cat.restartBackoffCapSeconds) (int64 $v.failurePolicy.backoffSeconds))) }}{{ end -}}
+{{- if $restarts }}{{ $_ := set $plan (ternary "nodeRetry" "retry" $nodeRecovery) (dict "limit" (toString $restarts) "retryPolicy"
+      $cat.restartStrategy.retryPolicy "backoff" (dict "duration" (printf "%ds" (int64 $v.failurePolicy.backoffSeconds)) "factor" (printf "%d" (int64
+      $cat.restartStrategy.factor)))) }}{{ end -}}
+{{- if and $restarts (not $v.timeouts.workflowDeadline) }}{{ $_ := set (ternary $plan.nodeRetry $plan.retry $nodeRecovery).backoff "cap" (printf "%ds" (max
+      (int64 $cat.restartBackoffCapSeconds) (int64 $v.failurePolicy.backoffSeconds))) }}{{ end -}}
 {{- include "torchdag.gang" (dict "plan" $plan "values" $v "catalog" $cat "nodes" $planned) -}}
 {{- include "torchdag.watch" (dict "plan" $plan "values" $v "nodes" $planned "catalog" $cat) -}}
 {{- /* Plan.scheduler_name: scheduling.schedulerName with or without a gang (a gang's default otherwise) */ -}}
@@ -158,9 +182,13 @@ names. Usage: include "torchdag.plan" (dict "root" $ "plan" $plan)
 
 {{- /* network.network_plan and node_depends: the run's Service, what each node pod adds, what node tasks wait for */ -}}
 {{- $net := $cat.network -}}
-{{- $facts := dict "run" $net.run "runLabel" $net.runLabel "jobLabel" $cat.labels.job "port" (printf "%d" (int64 $v.port)) "job" (toJson $v.name) "hostname" (include "torchdag.fill" (dict "text" $cat.nodeName "fields" (dict "rank" (index $inputs "node-rank")))) -}}
-{{- if $pod }}{{ $_ := set $plan "network" (dict "run" $net.run "task" $net.task "label" (list $net.runLabel $net.run) "patch" (include "torchdag.items" (dict "items" $net.podSpecPatch "facts" $facts) | fromJsonArray) "manifest" (include "torchdag.items" (dict "items" $net.service "facts" $facts) | fromJsonArray)) }}{{ end -}}
-{{- $_ := set $plan "depends" (join " && " (compact (list (ternary $cat.gangTask "" (and $plan.gang $plan.gang.manifest | not | not)) (ternary $net.task "" $pod) (ternary $cat.agents.task "" (not (empty $agents)))))) -}}
+{{- $facts := dict "run" $net.run "runLabel" $net.runLabel "jobLabel" $cat.labels.job "port" (printf "%d" (int64 $v.port)) "job" (toJson $v.name) "hostname"
+      (include "torchdag.fill" (dict "text" $cat.nodeName "fields" (dict "rank" (index $inputs "node-rank")))) -}}
+{{- if $pod }}{{ $_ := set $plan "network" (dict "run" $net.run "task" $net.task "label" (list $net.runLabel $net.run) "patch" (include "torchdag.items" (dict
+      "items" $net.podSpecPatch "facts" $facts) | fromJsonArray) "manifest" (include "torchdag.items" (dict "items" $net.service "facts" $facts) |
+      fromJsonArray)) }}{{ end -}}
+{{- $_ := set $plan "depends" (join " && " (compact (list (ternary $cat.gangTask "" (and $plan.gang $plan.gang.manifest | not | not)) (ternary $net.task ""
+      $pod) (ternary $cat.agents.task "" (not (empty $agents)))))) -}}
 
 {{- /* plan.node_loops: past argoFullCrdMaxItems DAG tasks, each shape's machines in withItems tasks of at most maxItems */ -}}
 {{- $gangTasks := 1 }}{{ with $plan.gang }}{{ $gangTasks = ternary 2 1 (not (empty .manifest)) }}{{ end -}}
@@ -170,22 +198,28 @@ names. Usage: include "torchdag.plan" (dict "root" $ "plan" $plan)
 {{- $first := dict }}{{ $varying := dict -}}
 {{- range $_, $node := $planned }}{{ if eq $node.shape.name $shape.name }}{{ range $pair := $node.arguments -}}
 {{- $name := index $pair 0 }}{{ if not (hasKey $first $name) }}{{ $_ := set $first $name (index $pair 1) }}{{ end -}}
-{{- with index $cat.nodeLoops.keys $name }}{{ if or (has $name $cat.nodeLoops.naming) (ne (index $first $name) (index $pair 1)) }}{{ $_ := set $varying . $name }}{{ end }}{{ end -}}
+{{- with index $cat.nodeLoops.keys $name }}{{ if or (has $name $cat.nodeLoops.naming) (ne (index $first $name) (index $pair 1)) }}{{ $_ := set $varying .
+      $name }}{{ end }}{{ end -}}
 {{- end }}{{ end }}{{ end -}}
 {{- $arguments := list -}}
-{{- range $shape.parameters }}{{ $key := index $cat.nodeLoops.keys . | default "" }}{{ if hasKey $first . }}{{ $arguments = append $arguments (list . (ternary (printf "{{item.%s}}" $key) (index $first .) (hasKey $varying $key))) }}{{ end }}{{ end -}}
+{{- range $shape.parameters }}{{ $key := index $cat.nodeLoops.keys . | default "" }}{{ if hasKey $first . }}{{ $arguments = append $arguments (list . (ternary
+      (printf "{{item.%s}}" $key) (index $first .) (hasKey $varying $key))) }}{{ end }}{{ end -}}
 {{- $items := list }}{{ $chunkElastic := false -}}
 {{- range $_, $node := $planned }}{{ if eq $node.shape.name $shape.name -}}
-{{- if and $items (ne $chunkElastic (ge (int $node.rank) (int $elasticFrom))) }}{{ $loops = append $loops (dict "task" (include "torchdag.fill" (dict "text" $cat.nodeLoops.task "fields" (dict "index" (len $loops)))) "shape" $shape "arguments" $arguments "items" $items "elastic" $chunkElastic) }}{{ $items = list }}{{ end -}}
+{{- if and $items (ne $chunkElastic (ge (int $node.rank) (int $elasticFrom))) }}{{ $loops = append $loops (dict "task" (include "torchdag.fill" (dict "text"
+      $cat.nodeLoops.task "fields" (dict "index" (len $loops)))) "shape" $shape "arguments" $arguments "items" $items "elastic" $chunkElastic) }}{{ $items =
+      list }}{{ end -}}
 {{- if not $items }}{{ $chunkElastic = ge (int $node.rank) (int $elasticFrom) }}{{ end -}}
 {{- $given := dict }}{{ range $node.arguments }}{{ $_ := set $given (index . 0) (index . 1) }}{{ end -}}
 {{- $pairs := list }}{{ range $key, $name := $varying }}{{ $pairs = append $pairs (printf "%s: %s" (toJson $key) (toJson (index $given $name))) }}{{ end -}}
 {{- $items = append $items (printf "{%s}" (join ", " $pairs)) -}}
 {{- if eq (len $items) (int $cat.nodeLoops.maxItems) -}}
-{{- $loops = append $loops (dict "task" (include "torchdag.fill" (dict "text" $cat.nodeLoops.task "fields" (dict "index" (len $loops)))) "shape" $shape "arguments" $arguments "items" $items "elastic" $chunkElastic) }}{{ $items = list -}}
+{{- $loops = append $loops (dict "task" (include "torchdag.fill" (dict "text" $cat.nodeLoops.task "fields" (dict "index" (len $loops)))) "shape" $shape
+      "arguments" $arguments "items" $items "elastic" $chunkElastic) }}{{ $items = list -}}
 {{- end -}}
 {{- end }}{{ end -}}
-{{- with $items }}{{ $loops = append $loops (dict "task" (include "torchdag.fill" (dict "text" $cat.nodeLoops.task "fields" (dict "index" (len $loops)))) "shape" $shape "arguments" $arguments "items" . "elastic" $chunkElastic) }}{{ end -}}
+{{- with $items }}{{ $loops = append $loops (dict "task" (include "torchdag.fill" (dict "text" $cat.nodeLoops.task "fields" (dict "index" (len $loops))))
+      "shape" $shape "arguments" $arguments "items" . "elastic" $chunkElastic) }}{{ end -}}
 {{- end -}}
 {{- $_ := set $plan "loops" $loops }}{{ end -}}
 
@@ -201,7 +235,8 @@ names. Usage: include "torchdag.plan" (dict "root" $ "plan" $plan)
 {{- $labels := dict $cat.labels.job $v.name -}}
 {{- range $key, $value := $v.labels }}{{ $_ := set $labels $key $value }}{{ end -}}
 {{- range $field, $value := dict "agents" $agents "security" $security "nodes" $planned "shapes" $shapes "volumes" $volumes "labels" $labels
-      "worldSize" $worldSize "master" (index $planned (printf "%08d" 0)) "masterAddress" $job.masterAddress "inputs" $inputs "backend" $backend "backendReason" $reason "catalog" $cat -}}
+      "worldSize" $worldSize "master" (index $planned (printf "%08d" 0)) "masterAddress" $job.masterAddress "inputs" $inputs
+      "backend" $backend "backendReason" $reason "catalog" $cat -}}
 {{- $_ := set $plan $field $value -}}
 {{- end -}}
 {{- end -}}
@@ -228,7 +263,8 @@ names. Usage: include "torchdag.plan" (dict "root" $ "plan" $plan)
 {{- range $section := list "requests" "limits" -}}
 {{- $given := index $chosen $section | default dict -}}
 {{- $quantities := dict -}}
-{{- range $key := list "cpu" "memory" }}{{ if hasKey $given $key }}{{ $_ := set $quantities $key (include "torchdag.quantity" (index $given $key)) }}{{ end }}{{ end -}}
+{{- range $key := list "cpu" "memory" }}{{ if hasKey $given $key }}{{ $_ := set $quantities $key (include "torchdag.quantity" (index $given
+      $key)) }}{{ end }}{{ end -}}
 {{- with $quantities }}{{ $_ := set $resources $section . }}{{ end -}}
 {{- end -}}
 {{- /* extended resources take their request from the limit */ -}}

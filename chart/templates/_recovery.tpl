@@ -4,7 +4,8 @@ sets .plan.nodeRecovery and .plan.elasticFrom. Takes (dict "plan" "job" "values"
 {{- $v := .values }}{{ $restarts := int64 $v.failurePolicy.maxRestarts -}}
 {{- $nodeRecovery := and (gt $restarts 0) (eq $v.failurePolicy.recovery "node") -}}
 {{- $elasticFrom := int $v.elastic.minNodes | default (len $v.nodes) -}}
-{{- $_ := merge .job (dict "recovery" (ternary "node" "job" $nodeRecovery) "nodeRecovery" $nodeRecovery "maxRestarts" (toString $restarts) "minNodes" (toString $elasticFrom) "rejoinSeconds" (printf "%d" (int64 $v.elastic.rejoinSeconds)) "run" .catalog.network.run) -}}
+{{- $_ := merge .job (dict "recovery" (ternary "node" "job" $nodeRecovery) "nodeRecovery" $nodeRecovery "maxRestarts" (toString $restarts) "minNodes" (toString
+      $elasticFrom) "rejoinSeconds" (printf "%d" (int64 $v.elastic.rejoinSeconds)) "run" .catalog.network.run) -}}
 {{- $_ := merge .plan (dict "nodeRecovery" $nodeRecovery "elasticFrom" $elasticFrom) -}}
 {{- end -}}
 
@@ -71,7 +72,8 @@ it waits for, whether the DAG goes on without it, its arguments). Takes (dict "p
           parameters:
           {{- range $shape.parameters }}
           - name: {{ toJson . }}
-            value: {{ toJson (get $plan.catalog.container.argoArguments . | default (include "torchdag.fill" (dict "text" $plan.catalog.container.inputParameter "fields" (dict "name" .)))) }}
+            value: {{ toJson (get $plan.catalog.container.argoArguments . | default (include "torchdag.fill" (dict "text"
+                  $plan.catalog.container.inputParameter "fields" (dict "name" .)))) }}
           {{- end }}
       - name: {{ toJson $check.task }}
         template: {{ toJson $check.task }}

@@ -31,9 +31,11 @@ worded by the catalogue's `messages`; one line per problem, all at once. (dict "
 {{- $addressField := printf "nodes[%d].%s" $index (ternary "address" "name" (hasKey $node "address")) -}}
 {{- $other := index $indexByName $address | default -1 -}}
 {{- if hasKey $firstByName $name -}}
-{{- $problems = append $problems (include "torchdag.problem" (list $cat "node-duplicate-name" (printf "nodes[%d].name" $index) (dict "name" $name "first" (index $firstByName $name)))) -}}
+{{- $problems = append $problems (include "torchdag.problem" (list $cat "node-duplicate-name" (printf "nodes[%d].name" $index) (dict "name" $name "first"
+      (index $firstByName $name)))) -}}
 {{- else if hasKey $firstByAddress $address -}}
-{{- $problems = append $problems (include "torchdag.problem" (list $cat "node-duplicate-address" $addressField (dict "address" $address "first" (index $firstByAddress $address)))) -}}
+{{- $problems = append $problems (include "torchdag.problem" (list $cat "node-duplicate-address" $addressField (dict "address" $address "first" (index
+      $firstByAddress $address)))) -}}
 {{- else if and (ge (int $other) 0) (ne (int $other) $index) (hasKey $node "address") -}}
 {{- $problems = append $problems (include "torchdag.problem" (list $cat "node-address-other-name" $addressField (dict "address" $address "other" $other))) -}}
 {{- end -}}
@@ -44,14 +46,16 @@ worded by the catalogue's `messages`; one line per problem, all at once. (dict "
 {{- else if $node.master }}{{ $masterIndex = $index }}{{ end -}}
 {{- $kind := $node.accelerator | default $cat.defaultAccelerator -}}
 {{- if not (has $kind $distinct) }}{{ $distinct = append $distinct $kind }}{{ end -}}
-{{- if and $rules.devices (not $otherDevice) (not (has (index $cat.kinds $kind).device $rules.devices)) }}{{ $otherDevice = dict "index" $index "kind" $kind }}{{ end -}}
+{{- if and $rules.devices (not $otherDevice) (not (has (index $cat.kinds $kind).device $rules.devices)) }}{{ $otherDevice = dict "index" $index "kind"
+      $kind }}{{ end -}}
 {{- end -}}
 
 {{- /* rules backend-devices, backend-mixed-kinds, backend-hccl-card: which nodes the backend spans (catalogue `backends`, `hcclLimits`) */ -}}
 {{- $fields := dict "backend" $v.backend "kinds" (join ", " $distinct) "nnodes" (len $v.nodes) -}}
 {{- $backendProblem := "" -}}
 {{- if $otherDevice -}}
-{{- $backendProblem = include "torchdag.fill" (dict "text" (ternary $rules.otherDevice $rules.otherDeviceAll (gt (len $distinct) 1)) "fields" (merge $otherDevice $fields)) -}}
+{{- $backendProblem = include "torchdag.fill" (dict "text" (ternary $rules.otherDevice $rules.otherDeviceAll (gt (len $distinct) 1)) "fields" (merge
+      $otherDevice $fields)) -}}
 {{- else if and $rules.mixedKinds (gt (len $distinct) 1) -}}
 {{- $backendProblem = include "torchdag.fill" (dict "text" $rules.mixedKinds "fields" $fields) -}}
 {{- else if $rules.cardLimits -}}
@@ -65,26 +69,33 @@ worded by the catalogue's `messages`; one line per problem, all at once. (dict "
 {{- range until (int $v.failurePolicy.maxRestarts) }}{{ if and $deadline (lt $waited $deadline) -}}
 {{- $waited = add $waited $step }}{{ $step = mul $step (int64 $cat.restartStrategy.factor) }}{{ if lt $waited $deadline }}{{ $fit = add1 $fit }}{{ end -}}
 {{- end }}{{ end -}}
-{{- if and $deadline (lt (int $fit) (int $v.failurePolicy.maxRestarts)) }}{{ $problems = append $problems (include "torchdag.problem" (list $cat "restarts-past-deadline" "failurePolicy.maxRestarts" (dict "restarts" (int $v.failurePolicy.maxRestarts) "fit" $fit "next" (add1 $fit) "waited" $waited "deadline" $deadline "backoff" (int64 $v.failurePolicy.backoffSeconds)))) }}{{ end -}}
+{{- if and $deadline (lt (int $fit) (int $v.failurePolicy.maxRestarts)) }}{{ $problems = append $problems (include "torchdag.problem" (list $cat
+      "restarts-past-deadline" "failurePolicy.maxRestarts" (dict "restarts" (int $v.failurePolicy.maxRestarts) "fit" $fit "next" (add1 $fit) "waited" $waited
+      "deadline" $deadline "backoff" (int64 $v.failurePolicy.backoffSeconds)))) }}{{ end -}}
 
 {{- /* rules elastic-needs-node-recovery, elastic-min-nodes (validate._elastic_problems) */ -}}
-{{- if and $v.elastic.minNodes (or (not $v.failurePolicy.maxRestarts) (ne $v.failurePolicy.recovery "node")) }}{{ $problems = append $problems (include "torchdag.problem" (list $cat "elastic-needs-node-recovery" "elastic.minNodes" dict)) }}{{ end -}}
-{{- if gt (int $v.elastic.minNodes) (len $v.nodes) }}{{ $problems = append $problems (include "torchdag.problem" (list $cat "elastic-min-nodes" "elastic.minNodes" (dict "min" (int $v.elastic.minNodes) "count" (len $v.nodes)))) }}{{ end -}}
+{{- if and $v.elastic.minNodes (or (not $v.failurePolicy.maxRestarts) (ne $v.failurePolicy.recovery "node")) }}{{ $problems = append $problems (include
+      "torchdag.problem" (list $cat "elastic-needs-node-recovery" "elastic.minNodes" dict)) }}{{ end -}}
+{{- if gt (int $v.elastic.minNodes) (len $v.nodes) }}{{ $problems = append $problems (include "torchdag.problem" (list $cat "elastic-min-nodes"
+      "elastic.minNodes" (dict "min" (int $v.elastic.minNodes) "count" (len $v.nodes)))) }}{{ end -}}
 
 {{- /* rules env-too-long, arg-too-long, annotations-too-large: limits in bytes (catalogue `limits`) */ -}}
 {{- $limit := int $cat.limits.argBytes -}}
 {{- range $key, $value := $v.env -}}
-{{- if gt (add (len $key) 1 (len $value)) $limit }}{{ $problems = append $problems (include "torchdag.problem" (list $cat "env-too-long" (printf "env.%s" $key) (dict "bytes" (len $value) "limit" $limit))) }}{{ end -}}
+{{- if gt (add (len $key) 1 (len $value)) $limit }}{{ $problems = append $problems (include "torchdag.problem" (list $cat "env-too-long" (printf "env.%s" $key)
+      (dict "bytes" (len $value) "limit" $limit))) }}{{ end -}}
 {{- end -}}
 {{- $words := dict "script" $v.script -}}
 {{- range $index, $word := $v.args }}{{ $_ := set $words (printf "args[%d]" $index) $word }}{{ end -}}
 {{- range $index, $word := ($v.launcher | default dict).extraArgs }}{{ $_ := set $words (printf "launcher.extraArgs[%d]" $index) $word }}{{ end -}}
 {{- range $path, $word := $words -}}
-{{- if gt (len $word) $limit }}{{ $problems = append $problems (include "torchdag.problem" (list $cat "arg-too-long" $path (dict "bytes" (len $word) "limit" $limit))) }}{{ end -}}
+{{- if gt (len $word) $limit }}{{ $problems = append $problems (include "torchdag.problem" (list $cat "arg-too-long" $path (dict "bytes" (len $word) "limit"
+      $limit))) }}{{ end -}}
 {{- end -}}
 {{- $annotationBytes := 0 -}}
 {{- range $key, $value := $v.annotations }}{{ $annotationBytes = add $annotationBytes (len $key) (len $value) }}{{ end -}}
-{{- if gt $annotationBytes (int $cat.limits.annotationBytes) }}{{ $problems = append $problems (include "torchdag.problem" (list $cat "annotations-too-large" "annotations" (dict "bytes" $annotationBytes "limit" (int $cat.limits.annotationBytes)))) }}{{ end -}}
+{{- if gt $annotationBytes (int $cat.limits.annotationBytes) }}{{ $problems = append $problems (include "torchdag.problem" (list $cat "annotations-too-large"
+      "annotations" (dict "bytes" $annotationBytes "limit" (int $cat.limits.annotationBytes)))) }}{{ end -}}
 
 {{- /* rules volume-*: each mount path (in canonical form) is taken once, by torchdag's own volumes first */ -}}
 {{- $taken := dict -}}
@@ -98,27 +109,34 @@ worded by the catalogue's `messages`; one line per problem, all at once. (dict "
 {{- $names := dict -}}
 {{- range $index, $volume := $v.volumes -}}
 {{- if hasKey $names $volume.name -}}
-{{- $problems = append $problems (include "torchdag.problem" (list $cat "volume-duplicate-name" (printf "volumes[%d].name" $index) (dict "shown" (include "torchdag.validate.show" $volume.name) "first" (index $names $volume.name)))) -}}
+{{- $problems = append $problems (include "torchdag.problem" (list $cat "volume-duplicate-name" (printf "volumes[%d].name" $index) (dict "shown" (include
+      "torchdag.validate.show" $volume.name) "first" (index $names $volume.name)))) -}}
 {{- else }}{{ $_ := set $names $volume.name $index }}{{ end -}}
 {{- $mount := clean $volume.mountPath -}}
 {{- $argo := "" }}{{ range $cat.argoMounts }}{{ if and (not $argo) (hasPrefix (printf "%s/" .) (printf "%s/" $mount)) }}{{ $argo = . }}{{ end }}{{ end -}}
 {{- if $argo -}}
-{{- $problems = append $problems (include "torchdag.problem" (list $cat "volume-argo-mount" (printf "volumes[%d].mountPath" $index) (dict "shown" (include "torchdag.validate.show" $volume.mountPath) "argo" $argo))) -}}
+{{- $problems = append $problems (include "torchdag.problem" (list $cat "volume-argo-mount" (printf "volumes[%d].mountPath" $index) (dict "shown" (include
+      "torchdag.validate.show" $volume.mountPath) "argo" $argo))) -}}
 {{- else if and $agents (hasPrefix (printf "%s/" $agents) (printf "%s/" $mount)) -}}
-{{- $problems = append $problems (include "torchdag.problem" (list $cat "volume-on-agents" (printf "volumes[%d].mountPath" $index) (dict "shown" (include "torchdag.validate.show" $volume.mountPath) "agents" $agents))) -}}
+{{- $problems = append $problems (include "torchdag.problem" (list $cat "volume-on-agents" (printf "volumes[%d].mountPath" $index) (dict "shown" (include
+      "torchdag.validate.show" $volume.mountPath) "agents" $agents))) -}}
 {{- else }}{{ with index $taken $mount -}}
-{{- $problems = append $problems (include "torchdag.problem" (list $cat .rule (printf "volumes[%d].mountPath" $index) (merge (dict "shown" (include "torchdag.validate.show" $volume.mountPath)) .))) -}}
+{{- $problems = append $problems (include "torchdag.problem" (list $cat .rule (printf "volumes[%d].mountPath" $index) (merge (dict "shown" (include
+      "torchdag.validate.show" $volume.mountPath)) .))) -}}
 {{- else }}{{ $_ := set $taken $mount (dict "rule" "volume-duplicate-mount" "first" $index) }}{{ end }}{{ end -}}
 {{- end -}}
 
 {{- /* rule resources-request-over-limit: top-level resources and each node's own; quantities as numbers (catalogue `quantity`) */ -}}
 {{- $owners := dict "resources" ($v.resources | default dict) -}}
-{{- range $index, $node := $v.nodes }}{{ if hasKey $node "resources" }}{{ $_ := set $owners (printf "nodes[%d].resources" $index) $node.resources }}{{ end }}{{ end -}}
+{{- range $index, $node := $v.nodes }}{{ if hasKey $node "resources" }}{{ $_ := set $owners (printf "nodes[%d].resources" $index)
+      $node.resources }}{{ end }}{{ end -}}
 {{- range $owner, $resources := $owners -}}
 {{- range $name, $request := $resources.requests -}}
 {{- $limit := index ($resources.limits | default dict) $name -}}
-{{- if and (not (kindIs "invalid" $limit)) (gt (include "torchdag.quantityValue" (list $cat $request) | float64) (include "torchdag.quantityValue" (list $cat $limit) | float64)) -}}
-{{- $problems = append $problems (include "torchdag.problem" (list $cat "resources-request-over-limit" (printf "%s.requests.%s" $owner $name) (dict "request" (include "torchdag.quantity" $request) "limit" (include "torchdag.quantity" $limit)))) -}}
+{{- if and (not (kindIs "invalid" $limit)) (gt (include "torchdag.quantityValue" (list $cat $request) | float64) (include "torchdag.quantityValue" (list $cat
+      $limit) | float64)) -}}
+{{- $problems = append $problems (include "torchdag.problem" (list $cat "resources-request-over-limit" (printf "%s.requests.%s" $owner $name) (dict "request"
+      (include "torchdag.quantity" $request) "limit" (include "torchdag.quantity" $limit)))) -}}
 {{- end -}}
 {{- end -}}
 {{- end -}}
@@ -139,19 +157,23 @@ worded by the catalogue's `messages`; one line per problem, all at once. (dict "
 {{- with index ((index $resources $part) | default dict) "memory" }}{{ $_ := set $bytes (printf "%s.%s.memory" $owner $part) . }}{{ end -}}
 {{- end }}{{ end -}}
 {{- range $path, $amount := $bytes }}{{ $value := include "torchdag.quantityValue" (list $cat $amount) | float64 -}}
-{{- if and (gt $value 0.0) (lt $value (float64 $cat.limits.byteFloor)) }}{{ $problems = append $problems (include "torchdag.problem" (list $cat "bytes-below-floor" $path (dict "shown" (include "torchdag.quantity" $amount)))) }}{{ end -}}
+{{- if and (gt $value 0.0) (lt $value (float64 $cat.limits.byteFloor)) }}{{ $problems = append $problems (include "torchdag.problem" (list $cat
+      "bytes-below-floor" $path (dict "shown" (include "torchdag.quantity" $amount)))) }}{{ end -}}
 {{- end -}}
 
 {{- /* rule image-name-too-long: the name as the kubelet normalizes it (docker.io/, library/) is at most limits.imageName */ -}}
-{{- $imageName := regexReplaceAll "(:[^/:@]*)?(@[\\s\\S]*)?$" $v.image "" }}{{ $first := (splitn "/" 2 $imageName)._0 }}{{ $hasSlash := contains "/" $imageName -}}
+{{- $imageName := regexReplaceAll "(:[^/:@]*)?(@[\\s\\S]*)?$" $v.image "" }}{{ $first := (splitn "/" 2 $imageName)._0 }}{{ $hasSlash := contains "/"
+      $imageName -}}
 {{- $registry := and $hasSlash (or (contains "." $first) (contains ":" $first) (eq $first "localhost") (ne (lower $first) $first)) -}}
 {{- $normalized := ternary $imageName (printf "docker.io/%s%s" (ternary "" "library/" $hasSlash) $imageName) $registry -}}
-{{- if gt (len $normalized) (int $cat.limits.imageName) }}{{ $problems = append $problems (include "torchdag.problem" (list $cat "image-name-too-long" "image" (dict "length" (len $normalized) "limit" (int $cat.limits.imageName) "normalized" (ternary "" " as docker.io/..." $registry)))) }}{{ end -}}
+{{- if gt (len $normalized) (int $cat.limits.imageName) }}{{ $problems = append $problems (include "torchdag.problem" (list $cat "image-name-too-long" "image"
+      (dict "length" (len $normalized) "limit" (int $cat.limits.imageName) "normalized" (ternary "" " as docker.io/..." $registry)))) }}{{ end -}}
 
 {{- /* Chart only: values.yaml's placeholders for the required keys let `helm lint` render; a real release refuses them. */ -}}
 {{- if or .root.Release.IsInstall .root.Release.IsUpgrade -}}
 {{- range $key, $placeholder := $cat.chartPlaceholders -}}
-{{- if eq (toJson (index $v $key)) (toJson $placeholder) }}{{ $problems = append $problems (include "torchdag.problem" (list $cat "chart-placeholder" $key (dict "placeholder" (toJson $placeholder)))) }}{{ end -}}
+{{- if eq (toJson (index $v $key)) (toJson $placeholder) }}{{ $problems = append $problems (include "torchdag.problem" (list $cat "chart-placeholder" $key
+      (dict "placeholder" (toJson $placeholder)))) }}{{ end -}}
 {{- end -}}
 {{- end -}}
 
@@ -166,11 +188,13 @@ worded by the catalogue's `messages`; one line per problem, all at once. (dict "
 {{- $found := .found -}}
 {{- $cat := .catalog -}}
 {{- if kindIs "string" .value -}}
-{{- with include "torchdag.validate.string" (dict "text" .value "isKey" false "path" $path "catalog" $cat) }}{{ $_ := set $found "problems" (append $found.problems .) }}{{ end -}}
+{{- with include "torchdag.validate.string" (dict "text" .value "isKey" false "path" $path "catalog" $cat) }}{{ $_ := set $found "problems" (append
+      $found.problems .) }}{{ end -}}
 {{- else if kindIs "map" .value -}}
 {{- range $key, $item := .value -}}
 {{- $sub := ternary $key (printf "%s.%s" $path $key) (eq $path "") -}}
-{{- with include "torchdag.validate.string" (dict "text" $key "isKey" true "path" $sub "catalog" $cat) }}{{ $_ := set $found "problems" (append $found.problems .) }}{{ end -}}
+{{- with include "torchdag.validate.string" (dict "text" $key "isKey" true "path" $sub "catalog" $cat) }}{{ $_ := set $found "problems" (append $found.problems
+      .) }}{{ end -}}
 {{- include "torchdag.validate.strings" (dict "path" $sub "value" $item "found" $found "catalog" $cat) -}}
 {{- end -}}
 {{- else if kindIs "slice" .value -}}

@@ -3,16 +3,23 @@
 {{- $cat := .catalog -}}
 {{- $group := dict -}}
 {{- $watched := dict -}}
-{{- with .plan.gang }}{{ $group = (index $cat.gangs .kind).podGroup | default dict }}{{ $watched = $group | default ((index $cat.gangs .kind).watchObject | default dict) }}{{ end -}}
+{{- with .plan.gang }}{{ $group = (index $cat.gangs .kind).podGroup | default dict }}{{ $watched = $group | default ((index $cat.gangs .kind).watchObject |
+      default dict) }}{{ end -}}
 {{- $count := len .nodes -}}
 {{- $least := int .plan.elasticFrom -}}
-{{- $facts := merge (dict "group" $cat.gangName "count" (toString $count) "gang" (not (empty .plan.gang)) "timeout" (printf "%d" (int64 .values.scheduling.timeout)) "podGroup" (not (empty $group)) "watchObject" (not (empty $watched)) "elastic" (lt $least $count) "minNodes" (toString $least) "rejoinSeconds" (printf "%d" (int64 .values.elastic.rejoinSeconds)) "input:node-rank" (include "torchdag.fill" (dict "text" $cat.container.inputParameter "fields" (dict "name" "node-rank")))) $watched -}}
+{{- $facts := merge (dict "group" $cat.gangName "count" (toString $count) "gang" (not (empty .plan.gang)) "timeout" (printf "%d" (int64
+      .values.scheduling.timeout)) "podGroup" (not (empty $group)) "watchObject" (not (empty $watched)) "elastic" (lt $least $count) "minNodes" (toString
+      $least) "rejoinSeconds" (printf "%d" (int64 .values.elastic.rejoinSeconds)) "input:node-rank" (include "torchdag.fill" (dict "text"
+      $cat.container.inputParameter "fields" (dict "name" "node-rank")))) $watched -}}
 {{- $command := concat .values.scheduling.watchCommand (include "torchdag.items" (dict "items" $cat.watch.args "facts" $facts) | fromJsonArray) -}}
-{{- $_ := set .plan "watch" (dict "task" (index $cat.watch.task (ternary "gang" "none" (not (empty .plan.gang)))) "command" (replace "$" "$$" (toJson $command) | fromJsonArray) "requests" $cat.watch.requests "env" $cat.watch.env) -}}
+{{- $_ := set .plan "watch" (dict "task" (index $cat.watch.task (ternary "gang" "none" (not (empty .plan.gang)))) "command" (replace "$" "$$" (toJson
+      $command) | fromJsonArray) "requests" $cat.watch.requests "env" $cat.watch.env) -}}
 {{- /* plan.host_check: under node recovery, the scheduling watch on each retried pod (catalogue `hostCheck`) */ -}}
 {{- if .plan.nodeRecovery -}}
 {{- $check := concat .values.scheduling.watchCommand (include "torchdag.items" (dict "items" $cat.hostCheck.args "facts" $facts) | fromJsonArray) -}}
-{{- $_ := set .plan "hostCheck" (dict "task" $cat.hostCheck.task "command" (replace "$" "$$" (toJson $check) | fromJsonArray) "requests" $cat.hostCheck.requests "env" $cat.watch.env "when" (include "torchdag.fill" (dict "text" $cat.hostCheck.when "fields" (dict "retries" $cat.container.argoArguments.restart)))) -}}
+{{- $_ := set .plan "hostCheck" (dict "task" $cat.hostCheck.task "command" (replace "$" "$$" (toJson $check) | fromJsonArray) "requests"
+      $cat.hostCheck.requests "env" $cat.watch.env "when" (include "torchdag.fill" (dict "text" $cat.hostCheck.when "fields" (dict "retries"
+      $cat.container.argoArguments.restart)))) -}}
 {{- end -}}
 {{- end -}}
 

@@ -11,16 +11,21 @@ Usage: include "torchdag.workflow" (dict "root" $ "plan" $plan), $plan filled by
 {{- /* render.gang_problem: more node templates than the gang scheduler admits podSets (Kueue) */ -}}
 {{- with $plan.gang }}{{ $entry := index $plan.catalog.gangs .kind }}{{ if gt (len $plan.shapes) (int ($entry.maxPodSets | default (len $plan.shapes))) -}}
 {{- $names := list }}{{ range $plan.shapes }}{{ $names = append $names .name }}{{ end -}}
-{{- $planProblems = append $planProblems (printf "scheduling.gang: %s" (include "torchdag.fill" (dict "text" $entry.tooManyPodSets "fields" (dict "count" (len $plan.shapes) "max" $entry.maxPodSets "names" (join ", " $names))))) -}}
+{{- $planProblems = append $planProblems (printf "scheduling.gang: %s" (include "torchdag.fill" (dict "text" $entry.tooManyPodSets "fields" (dict "count" (len
+      $plan.shapes) "max" $entry.maxPodSets "names" (join ", " $names))))) -}}
 {{- end }}{{ end -}}
 {{- /* render.full_crd_problems (rule templates-too-many): Argo's full CRDs take at most argoFullCrdMaxItems templates and DAG tasks */ -}}
 {{- $helpers := add (ternary 1 0 (not (empty $plan.network))) (ternary 1 0 (not (empty $plan.agents))) -}}
 {{- with $plan.gang }}{{ if .manifest }}{{ $helpers = add1 $helpers }}{{ end }}{{ end -}}
 {{- $nodeTasks := len $plan.nodes }}{{ with $plan.loops }}{{ $nodeTasks = len . }}{{ end -}}
-{{- $counts := dict "spec.templates" (add 2 (mul (len $plan.shapes) (ternary 2 1 (not (empty $plan.nodeRetry)))) (ternary 1 0 (not (empty $plan.hostCheck))) $helpers) "spec.templates[0].dag.tasks" (add $nodeTasks 1 $helpers) -}}
-{{- range $field := list "spec.templates" "spec.templates[0].dag.tasks" }}{{ $count := index $counts $field }}{{ if gt (int $count) (int $plan.catalog.argoFullCrdMaxItems) -}}
-{{- $wrappers := ternary " (a container template and, under failurePolicy.recovery node, a retry wrapper each)" "" (and (eq $field "spec.templates") (not (empty $plan.nodeRetry))) -}}
-{{- $planProblems = append $planProblems (include "torchdag.problem" (list $plan.catalog "templates-too-many" "nodes" (dict "shapes" (len $plan.shapes) "count" $count "field" $field "limit" (int $plan.catalog.argoFullCrdMaxItems) "wrappers" $wrappers))) -}}
+{{- $counts := dict "spec.templates" (add 2 (mul (len $plan.shapes) (ternary 2 1 (not (empty $plan.nodeRetry)))) (ternary 1 0 (not (empty $plan.hostCheck)))
+      $helpers) "spec.templates[0].dag.tasks" (add $nodeTasks 1 $helpers) -}}
+{{- range $field := list "spec.templates" "spec.templates[0].dag.tasks" }}{{ $count := index $counts $field }}{{ if gt (int $count) (int
+      $plan.catalog.argoFullCrdMaxItems) -}}
+{{- $wrappers := ternary " (a container template and, under failurePolicy.recovery node, a retry wrapper each)" "" (and (eq $field "spec.templates") (not
+      (empty $plan.nodeRetry))) -}}
+{{- $planProblems = append $planProblems (include "torchdag.problem" (list $plan.catalog "templates-too-many" "nodes" (dict "shapes" (len $plan.shapes) "count"
+      $count "field" $field "limit" (int $plan.catalog.argoFullCrdMaxItems) "wrappers" $wrappers))) -}}
 {{- end }}{{ end -}}
 {{- with $planProblems }}{{ fail (printf "invalid values (%d problem%s):\n%s" (len .) (ternary "" "s" (eq (len .) 1)) (join "\n" .)) }}{{ end -}}
 {{- $v := $root.Values -}}

@@ -17,7 +17,10 @@ CHART_LOGIC = ("_plan.tpl", "_gang.tpl", "_validate.tpl", "_helpers.tpl")
 # Non-blank lines: issue 20 set 520; the front door round 4 added rules the schema cannot state (560);
 # node recovery, the helpers' ConfigMap and the schedule watch 10 more; where features meet (issue
 # 37: a volume on the helpers' path, a gang's minimum of the fewest machines) 4 more.
-CHART_LOGIC_LIMIT = 574
+# Issue 42: no chart line over 160 characters (CHART_LINE); the long lines the old figure of 574
+# hid are 76 lines more.
+CHART_LOGIC_LIMIT = 650
+CHART_LINE = 160
 # Rules only one renderer has: the chart's placeholders exist only in chart/values.yaml; the
 # chart names its Workflow after the release (checked there), render.py its runs after `name`.
 # key-full-width: Helm's schema check refuses such a key (propertyNames, additionalProperties)
@@ -54,7 +57,8 @@ def lines_of(path) -> list[str]:
 # recorder every rank runs: +513).
 # torchdag +250 (issue 42): the typed Plan every consumer reads (torchdag/plan_model.py) and
 # `torchdag plan --json`.
-FOLDER_BUDGETS = {"torchdag": 6050, "testbed": 5200, "trainer": 3700}
+# torchdag +50 (issue 42, second part): no module over 500 lines, each split one's docstring and imports.
+FOLDER_BUDGETS = {"torchdag": 6100, "testbed": 5200, "trainer": 3700}
 MODULE_LIMIT = 500  # issue 42: plan.py, yamlread.py, diagnose/core.py and bench_cluster.py split by subject
 
 
@@ -70,6 +74,12 @@ def test_each_folder_stays_within_its_budget():
 def test_no_hand_written_python_module_is_several():
     long = {path: n for path in tracked("*.py") if (n := len(lines_of(path))) > MODULE_LIMIT}
     assert not long, f"split these modules by subject: {long}"
+
+
+def test_no_chart_line_is_longer_than_CHART_LINE():
+    long = [f"{path}:{number}" for path in tracked("chart/templates/*")
+            for number, line in enumerate(lines_of(path), 1) if len(line) > CHART_LINE]
+    assert not long, f"lines over {CHART_LINE} characters (break them inside their {{{{ }}}} action): {long}"
 
 
 def test_the_charts_hand_written_logic_stays_within_its_budget():
