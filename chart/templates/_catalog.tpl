@@ -1351,6 +1351,9 @@ The catalogue as JSON, its long strings folded over lines as YAML folds a double
         "value": "--what=pods"
       }
     ],
+    "continueOn": {
+      "error": true
+    },
     "env": [
       [
         "PYTHONUNBUFFERED",
@@ -1360,10 +1363,6 @@ The catalogue as JSON, its long strings folded over lines as YAML folds a double
     "requests": {
       "cpu": "50m",
       "memory": "64Mi"
-    },
-    "retry": {
-      "limit": "2",
-      "retryPolicy": "OnError"
     },
     "task": {
       "gang": "gang-watch",

@@ -33,10 +33,6 @@
   # scheduled within scheduling.timeout.
 {{- end }}
   - name: {{ toJson $plan.watch.task }}
-    # Run again on another host if its pod is lost; not when it has stopped the job.
-    retryStrategy:
-      limit: {{ toJson $plan.catalog.watch.retry.limit }}
-      retryPolicy: {{ toJson $plan.catalog.watch.retry.retryPolicy }}
     metadata:
       labels:
         {{ toJson $plan.catalog.labels.role }}: {{ toJson $plan.watch.task }}

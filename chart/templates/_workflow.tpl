@@ -200,6 +200,9 @@ spec:
       {{- end }}
       - name: {{ toJson $plan.watch.task }}
         template: {{ toJson $plan.watch.task }}
+        # Its pod lost with its host (Error): the job goes on without the watch.
+        continueOn:
+          error: {{ toJson $plan.catalog.watch.continueOn.error }}
         {{- include "torchdag.agentsDepends" $plan }}
       {{- end }}
       {{- with $plan.network }}
@@ -226,6 +229,9 @@ spec:
       {{- if not $plan.gang }}
       - name: {{ toJson $plan.watch.task }}
         template: {{ toJson $plan.watch.task }}
+        # Its pod lost with its host (Error): the job goes on without the watch.
+        continueOn:
+          error: {{ toJson $plan.catalog.watch.continueOn.error }}
         {{- include "torchdag.agentsDepends" $plan }}
       {{- end }}
       {{- include "torchdag.agentsTask" $plan }}

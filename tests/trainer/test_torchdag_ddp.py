@@ -159,7 +159,7 @@ def test_scripts_of_others_run_a_job_of_the_device_and_the_cpu(tmp_path, standin
 
 
 HCCL_STAND_IN = """
-import torch, torch.distributed as dist
+import sys, torch, torch.distributed as dist
 # What torch_npu does for hccl: a backend registered by name (here gloo underneath, on the CPU).
 def gloo(store, rank, size, timeout):
     return dist.ProcessGroupGloo(store, rank, size, timeout)
@@ -167,7 +167,8 @@ dist.Backend.register_backend("hccl", gloo, devices=["cpu"])
 import torchdag_ddp
 device = torchdag_ddp.setup()
 model = torchdag_ddp.DDP(torch.nn.Linear(3, 2).to(device), device_ids=[0])
-print("backend", dist.get_backend(), "exchange", type(model).__name__, "device_ids", model.device_ids)
+# one write: the two ranks share the job's output, and print() writes each word on its own
+sys.stdout.write(f"backend {dist.get_backend()} exchange {type(model).__name__} device_ids {model.device_ids}\\n")
 """
 
 
