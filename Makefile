@@ -77,7 +77,7 @@ ASCEND_REQ := requirements-ascend-test.txt
 TORCH21_VENV := .venv-torch21
 TORCH21_STAMP := $(TORCH21_VENV)/.installed
 
-.PHONY: help setup render check helm test test-fast golden smoke chart-sync bench bench-cluster bench-status bench-tiers bench-root-cause lint clean ascend-venv argo-lint go-tools cluster-up cluster-schedulers cluster-nodes cluster-kubelet cluster-down e2e torch21-check
+.PHONY: help setup render check helm test test-long test-fast golden smoke chart-sync bench bench-cluster bench-status bench-tiers bench-root-cause lint clean ascend-venv argo-lint go-tools cluster-up cluster-schedulers cluster-nodes cluster-kubelet cluster-down e2e torch21-check
 
 # Each target's `## ` text, in one column after the longest name (awk: no fixed tab stop to outgrow).
 help: ## list the targets
@@ -303,10 +303,17 @@ $(FAST_STAMP): requirements-fast.txt requirements-render.txt
 test-fast: $(FAST_STAMP) $(HELM) ## every render, schema, chart and values test: no torch, no Go (a few minutes)
 	HELM=$(abspath $(HELM)) $(FAST_VENV)/bin/python -m pytest -n 2 -m "$(FAST_MARKERS)" tests
 
-test: lint $(VENV_STAMP) $(HELM) $(ASCEND_STAMP) $(ARGOLINT) $(ARGOLINT_V3) $(KUBEEXPAND) $(PODSECURITY) $(COREDNS) $(CLUSTER_BINS) $(GANG_SCHEDULERS) $(WORKFLOW_CONTROLLER) $(ARGOEXEC) $(KUBECTL) $(POSTGRES) ## lint, then install everything and run the whole test suite
-	HELM=$(abspath $(HELM)) ARGOLINT=$(abspath $(ARGOLINT)) ARGOLINT_V3=$(abspath $(ARGOLINT_V3)) KUBEEXPAND=$(abspath $(KUBEEXPAND)) \
-		PODSECURITY=$(abspath $(PODSECURITY)) \
-		TORCHDAG_ASCEND_VENV_REQUIRED=1 TORCHDAG_NETNS_REQUIRED=1 TORCHDAG_E2E=1 $(PY) -m pytest -n 2 --dist loadgroup tests --durations=25
+TEST_ENV = HELM=$(abspath $(HELM)) ARGOLINT=$(abspath $(ARGOLINT)) ARGOLINT_V3=$(abspath $(ARGOLINT_V3)) \
+	KUBEEXPAND=$(abspath $(KUBEEXPAND)) PODSECURITY=$(abspath $(PODSECURITY)) \
+	TORCHDAG_ASCEND_VENV_REQUIRED=1 TORCHDAG_NETNS_REQUIRED=1 TORCHDAG_E2E=1
+TEST_TOOLS = $(VENV_STAMP) $(HELM) $(ASCEND_STAMP) $(ARGOLINT) $(ARGOLINT_V3) $(KUBEEXPAND) $(PODSECURITY) $(COREDNS) \
+	$(CLUSTER_BINS) $(GANG_SCHEDULERS) $(WORKFLOW_CONTROLLER) $(ARGOEXEC) $(KUBECTL) $(POSTGRES)
+
+test: lint $(TEST_TOOLS) ## lint, then install everything and run every tier but the long one (25 minutes)
+	$(TEST_ENV) $(PY) -m pytest -n 2 --dist loadgroup -m "not long" tests --durations=25
+
+test-long: $(TEST_TOOLS) ## the long tier: minutes-long jobs on the local cluster and real torchrun (.ci/run runs it after make test)
+	$(TEST_ENV) $(PY) -m pytest -n 2 --dist loadgroup -m long tests --durations=25
 
 golden: $(VENV_STAMP) ## regenerate tests/golden/ from examples/ and tests/cases/ (review the diff!)
 	$(PY) tests/golden.py --write

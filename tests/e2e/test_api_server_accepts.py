@@ -18,7 +18,8 @@ from test_chart_parity import _QuotedDumper, values_strategy
 from argo_helpers import task_pods
 from torchdag import pipeline
 
-pytestmark = [pytest.mark.go, pytest.mark.e2e]
+# long: `make test-long` runs it (minutes of cluster jobs), outside make test's 25 minutes
+pytestmark = [pytest.mark.go, pytest.mark.e2e, pytest.mark.long]
 
 
 def ensure(cluster, kind: str, name: str, namespace: str | None = None, **extra) -> None:

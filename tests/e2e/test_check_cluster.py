@@ -17,7 +17,8 @@ from e2e_helpers import unique
 
 from helpers import REPO
 
-pytestmark = pytest.mark.e2e
+# long: `make test-long` runs it (minutes of cluster jobs), outside make test's 25 minutes
+pytestmark = [pytest.mark.e2e, pytest.mark.long]
 LIMIT = 1048576
 
 

@@ -33,7 +33,8 @@ from e2e_helpers import rank_of
 
 from helpers import REPO, free_port
 
-pytestmark = [pytest.mark.go, pytest.mark.torch, pytest.mark.e2e]
+# long: `make test-long` runs it (minutes of cluster jobs), outside make test's 25 minutes
+pytestmark = [pytest.mark.go, pytest.mark.torch, pytest.mark.e2e, pytest.mark.long]
 USER_SCRIPT = REPO / "tests" / "third_party" / "faulty_user.py"
 IMAGE = "registry.example.com/team/pytorch:2.13"
 PG_TIMEOUT = 90  # past the 90 s in which the hang must be named while it hangs

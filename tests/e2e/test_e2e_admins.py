@@ -14,7 +14,8 @@ import yaml
 
 from helpers import REPO
 
-pytestmark = [pytest.mark.go, pytest.mark.torch, pytest.mark.e2e]
+# long: `make test-long` runs it (minutes of cluster jobs), outside make test's 25 minutes
+pytestmark = [pytest.mark.go, pytest.mark.torch, pytest.mark.e2e, pytest.mark.long]
 TWO_NODES = [{"address": "198.18.10.1", "nic": "eth10", "devices": 1, "master": True},
              {"address": "198.18.10.2", "nic": "eth10", "devices": 1}]
 ARGS = ["--type", "example", "--max-steps", "20", "--log-every", "10"]

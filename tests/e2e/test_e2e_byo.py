@@ -16,7 +16,8 @@ import pytest
 import yaml
 from e2e_helpers import started_processes
 
-pytestmark = [pytest.mark.go, pytest.mark.torch, pytest.mark.e2e]
+# long: `make test-long` runs it (minutes of cluster jobs), outside make test's 25 minutes
+pytestmark = [pytest.mark.go, pytest.mark.torch, pytest.mark.e2e, pytest.mark.long]
 AGENTS = "/opt/torchdag/trainer/agents"
 USER_SCRIPT = """
 import os

@@ -19,7 +19,8 @@ from e2e_helpers import rank_of
 from helpers import REPO  # noqa: F401 - puts the repository on sys.path (trainer.*)
 from trainer import checkpoint
 
-pytestmark = [pytest.mark.go, pytest.mark.torch, pytest.mark.e2e]
+# long: `make test-long` runs it (minutes of cluster jobs), outside make test's 25 minutes
+pytestmark = [pytest.mark.go, pytest.mark.torch, pytest.mark.e2e, pytest.mark.long]
 
 STEPS, EVERY = 600, 200  # a few seconds of training past the deletion: the module stays short
 ROUND = re.compile(r"^\[trainer\] node \d+: rank \d+ of (\d+), worker restart (\d+), resumed from step (\w+)$", re.M)

@@ -17,7 +17,8 @@ from e2e_helpers import job, padded, rank_of  # noqa: F401 (a fixture)
 
 from helpers import REPO
 
-pytestmark = pytest.mark.e2e
+# long: `make test-long` runs it (minutes of cluster jobs), outside make test's 25 minutes
+pytestmark = [pytest.mark.e2e, pytest.mark.long]
 
 
 def torchdag_status(job, name: str) -> subprocess.CompletedProcess:  # noqa: F811 -- job: the fixture

@@ -44,7 +44,8 @@ from helpers import REPO
 from testbed.cluster import schedulers
 from trainer import checkpoint
 
-pytestmark = [pytest.mark.go, pytest.mark.torch, pytest.mark.e2e]
+# long: `make test-long` runs it (minutes of cluster jobs), outside make test's 25 minutes
+pytestmark = [pytest.mark.go, pytest.mark.torch, pytest.mark.e2e, pytest.mark.long]
 
 GANGS = ("kueue", "coscheduling")
 GANG_TIMEOUT = 30

@@ -19,7 +19,9 @@ from testbed.kube import Kube
 from torchdag import pipeline
 from torchdag.rbac import role_files
 
-pytestmark = [pytest.mark.go, pytest.mark.torch, pytest.mark.e2e]  # the control plane and Argo from Go; real torchrun
+# long: `make test-long` runs it (minutes of cluster jobs), outside make test's 25 minutes
+# the control plane and Argo from Go; real torchrun
+pytestmark = [pytest.mark.go, pytest.mark.torch, pytest.mark.e2e, pytest.mark.long]
 ARGOEXEC = REPO / ".tools" / "bin" / "argoexec"
 
 
