@@ -127,11 +127,10 @@ class Plan:
         return self.gang["scheduler_name"] if self.gang else self.values["scheduling"]["schedulerName"]
 
     @property
-    def dependencies(self) -> list[str] | None:
-        """With elastic members the node tasks wait through `dependencies`, not `depends`:
-        Argo v4's full CRDs refuse `continueOn` beside `depends`. None: `depends` as ever."""
-        if self.elastic_from >= len(self.nodes):
-            return None
+    def dependencies(self) -> list[str]:
+        """The tasks every node task and the scheduling watch wait for, as `dependencies`, not
+        `depends`: Argo refuses `continueOn` beside `depends`, and the watch (always) and an
+        elastic member (elastic.minNodes) carry one."""
         return self.depends.split(" && ") if self.depends else []
 
     def task_template(self, shape: Shape) -> str:

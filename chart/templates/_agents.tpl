@@ -38,15 +38,11 @@ Usage: include "torchdag.agents" (dict "root" $ "catalog" $cat "values" $v "pod"
 {{- end }}
 {{- end }}
 
-{{/* agents_depends(): a watch task waits for it, the way the node tasks wait (`dependencies` beside elastic members). Takes the plan. */}}
+{{/* agents_depends(): the watch task waits for it as the node tasks do (`dependencies`: Argo refuses continueOn beside `depends`). Takes the plan. */}}
 {{- define "torchdag.agentsDepends" }}
 {{- with .agents }}
-{{- if lt (int $.elasticFrom) (len $.nodes) }}
         dependencies:
         - {{ toJson .task }}
-{{- else }}
-        depends: {{ toJson .task }}
-{{- end }}
 {{- end }}
 {{- end }}
 

@@ -13,7 +13,6 @@ sets .plan.nodeRecovery and .plan.elasticFrom. Takes (dict "plan" "job" "values"
 it waits for, whether the DAG goes on without it, its arguments). Takes (dict "plan" "shape" "arguments" "elastic"). */}}
 {{- define "torchdag.nodeTask" }}
         template: {{ toJson (ternary .shape.retryWrapper .shape.name (not (empty .plan.nodeRetry))) }}
-        {{- if lt (int .plan.elasticFrom) (len .plan.nodes) }}
         {{- with .plan.depends }}
         dependencies:
         {{- range splitList " && " . }}
@@ -25,9 +24,6 @@ it waits for, whether the DAG goes on without it, its arguments). Takes (dict "p
         continueOn:
           error: true
           failed: true
-        {{- end }}
-        {{- else if .plan.depends }}
-        depends: {{ toJson .plan.depends }}
         {{- end }}
         arguments:
           parameters:

@@ -68,7 +68,8 @@ def test_checkout_reads_schema_and_templates_where_they_are_edited():
     ("render", ["requirements-render.txt", "render.py examples/cluster.yaml"],
      ["requirements-dev.txt", ".venv/", "helm"]),
     ("check", ["requirements-render.txt", "render.py --check"], ["requirements-dev.txt", ".venv/", "helm"]),
-    ("test", ["-r requirements-dev.txt", "npm pack", "-m pytest -n 2 --dist loadgroup tests"], []),
+    ("test", ["-r requirements-dev.txt", "npm pack", "-m pytest -n 2 --dist loadgroup -m \"not long\" tests"], []),
+    ("test-long", ["-r requirements-dev.txt", "npm pack", "-m pytest -n 2 --dist loadgroup -m long tests"], []),
     ("setup", ["-r requirements-dev.txt", "npm pack"], []),
 ])
 def test_make_targets_use_the_right_venv(target, wanted, unwanted):

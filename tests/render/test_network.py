@@ -74,7 +74,7 @@ def test_each_pod_is_named_in_the_runs_service_which_selects_exactly_the_node_po
         if selected:
             assert pod["spec"]["hostname"] == name and pod["spec"]["subdomain"] == "wf-test"
     tasks = doc["spec"]["templates"][0]["dag"]["tasks"]
-    assert all("service" in task["depends"].split(" && ") for task in tasks if task["name"].startswith("node-"))
+    assert all("service" in task["dependencies"] for task in tasks if task["name"].startswith("node-"))
 
 
 def doc_port(path) -> int:
@@ -129,7 +129,7 @@ def test_ascend_binds_the_pod_ip_and_every_node_its_pods_nic():
     assert cpu_env["GLOO_SOCKET_IFNAME"] == "net1" and "HCCL_IF_IP" not in cpu_env  # a node's own nic wins
     assert not any(v.get("hostPath") for v in doc["spec"]["volumes"])  # mountDriver: false
     tasks = doc["spec"]["templates"][0]["dag"]["tasks"]
-    assert all(t["depends"] == "gang && service && agents" for t in tasks if t["name"].startswith("node-"))
+    assert all(t["dependencies"] == ["gang", "service", "agents"] for t in tasks if t["name"].startswith("node-"))
     assert not any(p["name"] == "if-ip" for t in tasks for p in t.get("arguments", {}).get("parameters", []))
 
 

@@ -238,7 +238,8 @@ def test_rendered_podgroup_matches_crd(case):
     assert podgroup["spec"]["minMember"] == len(nodes)
     assert [task["name"] for task in tasks].count("gang") == 1
     # after the gang's PodGroup and the helpers' ConfigMap (agents.fromWorkflow)
-    assert all(task.get("depends") == "gang && agents" for task in nodes), [task.get("depends") for task in nodes]
+    waits = [task.get("dependencies") for task in nodes]
+    assert all(wait == ["gang", "agents"] for wait in waits), waits
 
     scheduler, where, key = JOIN[case]
     for shape in sorted({task["template"] for task in nodes}):
