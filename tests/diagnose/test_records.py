@@ -195,3 +195,36 @@ def test_a_rank_that_raised_is_not_hung_though_its_exception_is_logged_after_its
         1, "python-exception", 1, "host-a"), core.report_lines("job", result)
     assert first.evidence[-1] == "ValueError: bad batch at step 30 on rank 1: (32, 64)", first.evidence
     assert all(f.effect for f in result.others if f.signature == "hang"), result.others
+
+
+def test_a_rank_that_raised_as_the_collectives_failed_is_the_cause_not_their_disagreement():
+    """Seen in CI (tests/e2e/test_diagnose_e2e.py, the raise fault): rank 1 raised 5 ms after
+    entering all_reduce #14 while rank 0 had gone on to #15; both records say `failed ... after
+    0 s`. The exception is the cause; the ranks' disagreement is what it left behind."""
+    start = dt.datetime(2026, 12, 6, 16, 7, 22, 817000, tzinfo=dt.timezone.utc)
+
+    def at(ms: float) -> str:
+        return (start + dt.timedelta(milliseconds=ms)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+    def record(rank: int, seq: int, entered: float, logged: float) -> str:
+        return (f"{at(logged)} [torchdag] rank {rank} failed in all_reduce #{seq} of the default group after 0 s "
+                f"(entered {at(entered)[:23]}Z; sizes [[1]]; completed #{seq - 1})\n")
+
+    head = "[torchdag] rank {} of 2: recording collectives (flight recorder, gloo); report after 20 s, window 20 s\n"
+    logs = {
+        "job-node-0": f"{at(-5000)} {head.format(0)}" + record(0, 15, 3, 30)
+        + f"{at(38)} RuntimeError: [gloo/transport/tcp/pair.cc:553] Connection closed by peer [127.0.0.1]:36266\n",
+        "job-node-1": f"{at(-5000)} {head.format(1)}"
+        + f"{at(4)} Traceback (most recent call last):\n"
+        + f'{at(4)}   File "/w/faults.py", line 29, in faulty_batch\n'
+        + f'{at(4)}     raise RuntimeError(f"injected failure at step {{STEP}}")\n'
+        + f"{at(5)} RuntimeError: injected failure at step 5\n" + record(1, 14, 0, 20),
+    }
+    ended = start + dt.timedelta(seconds=1)
+    workflow = {"metadata": {"name": "job"}, "status": {"phase": "Failed"}}
+    views = core.build_views(workflow, [pod(0, ended), pod(1, ended)], [], logs)
+    result = core.diagnose(workflow, views, now=ended + dt.timedelta(seconds=5))
+    first = result.first
+    assert (first.signature, first.pod.rank, first.pod.host) == ("python-exception", 1, "host-b"), \
+        core.report_lines("job", result)
+    assert not [f for f in [first, *result.others] if f.signature == "hang" and not f.effect], result.others

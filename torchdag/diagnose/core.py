@@ -192,6 +192,15 @@ def _within(finding: Finding, stuck: Finding, window: dt.timedelta) -> bool:
     return finding.time is not None and stuck.time is not None and finding.time - stuck.time <= window
 
 
+def _raised_as_it_began(finding: Finding, stuck: Finding) -> bool:
+    """Any rank that raised within DIED_WHILE_WAITED of the wait's start, either side: its
+    exception ended the collectives the others were in (CI: rank 1 raised 5 ms after entering
+    all_reduce #14, rank 0 had gone on to #15, both records say `failed ... after 0 s`), so the
+    ranks' disagreement is its consequence, not a hang of its own."""
+    return (finding.signature == "python-exception" and finding.time is not None and stuck.time is not None
+            and abs(finding.time - stuck.time) <= DIED_WHILE_WAITED)
+
+
 WAITING = ("collective-timeout", "hccl-notify-timeout", "nccl-watchdog")  # a rank waiting for a peer
 STALL_FOR = re.compile(r"no step finished for (\d+) s")
 
@@ -308,7 +317,8 @@ def diagnose(workflow: dict, views: list[PodView], now: dt.datetime | None = Non
         # worker once a peer timed out) does not
         if any(f.pod is stuck.pod and f.process_rank in (None, stuck.process_rank)
                and (f.signature == "python-exception" or _when(f) <= _when(stuck)
-                    or _within(f, stuck, DIED_WHILE_WAITED)) for f in roots):
+                    or _within(f, stuck, DIED_WHILE_WAITED)) for f in roots) \
+                or any(_raised_as_it_began(f, stuck) for f in roots):
             stuck.effect = True
             effects.append(stuck)
         else:
