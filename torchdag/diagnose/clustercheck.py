@@ -21,6 +21,7 @@ from ..catalog import catalog, fill
 from ..rbac import roles
 from ..render import check_documents, json_size, status_budget
 from .cluster import Cluster, ClusterUnusable, _explain
+from .views import HOST_LABEL
 
 FILE = Path(__file__).with_name("clustercheck.yaml")
 EXTENDED = ("cpu", "memory", "ephemeral-storage", "pods")  # not accelerators: the node check skips them
@@ -165,7 +166,7 @@ class Check:
         by_host = {}
         for node in self.reader.nodes():
             meta = node["metadata"]
-            by_host.setdefault((meta.get("labels") or {}).get(catalog()["hostLabel"], meta["name"]), node)
+            by_host.setdefault((meta.get("labels") or {}).get(HOST_LABEL, meta["name"]), node)
         tolerations, selector = self.job.tolerations, self.job.node_selector
         found: dict[str, list[str]] = {}
         limits = {}
