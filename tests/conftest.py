@@ -43,9 +43,9 @@ FOLDER_TIERS = {
     "trainer": ("torch",),
 }
 
-# The fake Kubernetes API the gang-watch tests share (its `api` fixture); the local cluster
-# of the e2e tests (its `local_cluster` fixture).
-pytest_plugins = ["gangwatch_helpers", "cluster_helpers", "e2e_helpers"]
+# The local cluster of the e2e and testbed tests (its `local_cluster` fixture). A plugin that
+# serves one folder is not listed here: that folder's conftest.py imports its fixtures.
+pytest_plugins = ["cluster_helpers", "e2e_helpers"]
 
 _TORCH_MODULE = re.compile(r"^pytestmark = .*\bpytest\.mark\.torch\b", re.MULTILINE)
 
