@@ -45,7 +45,7 @@ FOLDER_TIERS = {
 
 # The local cluster of the e2e and testbed tests (its `local_cluster` fixture). A plugin that
 # serves one folder is not listed here: that folder's conftest.py imports its fixtures.
-pytest_plugins = ["cluster_helpers", "e2e_helpers"]
+pytest_plugins = ["cluster_helpers"]
 
 _TORCH_MODULE = re.compile(r"^pytestmark = .*\bpytest\.mark\.torch\b", re.MULTILINE)
 
