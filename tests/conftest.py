@@ -2,7 +2,8 @@
 session-wide rules.
 
 Tests live in subject folders (tests/render, tests/chart, tests/trainer, tests/e2e, ...);
-`pytest tests/render` runs one subject. The shared helpers stay here at tests/; this folder
+`pytest tests/render` runs one subject. The helpers several folders share stay here at tests/,
+one that serves a single folder lives in it (tests/house/test_helper_places.py); this folder
 and every subject folder are on sys.path, so a module imports helpers, and the strategies of
 another test module, by their (unique) basename. The tier follows the folder: every test under
 a folder named in FOLDER_TIERS gets that folder's markers.
