@@ -316,7 +316,7 @@ test-long: $(TEST_TOOLS) ## the long tier: minutes-long jobs on the local cluste
 	$(TEST_ENV) $(PY) -m pytest -n 2 --dist loadgroup -m long tests --durations=25
 
 golden: $(VENV_STAMP) ## regenerate tests/golden/ from examples/ and tests/cases/ (review the diff!)
-	$(PY) tests/golden.py --write
+	$(PY) tests/render/golden.py --write
 
 smoke: $(VENV_STAMP) ## run the nodes of VALUES' plan as local processes (default examples/local.yaml; SMOKE_ARGS=...)
 	$(PY) -m testbed.localrun $(SMOKE_VALUES) $(SMOKE_ARGS)
