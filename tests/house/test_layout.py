@@ -118,8 +118,9 @@ def test_every_fact_the_container_lists_name_is_computed_by_the_plan():
               "preflight": {"timeout": 1}, "timeouts": dict.fromkeys(("rendezvous", "processGroup", "hcclConnect")),
               "failurePolicy": {"maxRestarts": 0, "recovery": "node"}, "elastic": {"minNodes": 0, "rejoinSeconds": 1},
               "ascend": {"whitelistDisable": False}}
-    facts = plan.shape_facts(plan.job_facts(values, "gloo", "a"), "cpu", 1, "", "a", False)
-    container = catalog.catalog()["container"]
+    cat = catalog.catalog()
+    facts = plan.shape_facts(plan.job_facts(values, "gloo", "a", cat), "cpu", 1, "", "a", False, cat)
+    container = cat["container"]
     lists = [container[key] for key in ("shapeSuffixes", "parameters", "preflightArgs", "launcherArgs", "env")]
     lists += list(container["launchers"].values())
     for entries in lists:
