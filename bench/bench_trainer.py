@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Trainer overhead against a bare DDP loop, the cost of the mixed-device gradient
-exchange, and of recording (trainer/agents/torchdag_flight.py with PyTorch's flight
+exchange, and of recording (torchdag/agents/torchdag_flight.py with PyTorch's flight
 recorder, against neither).  Real torchrun processes on 127.0.0.1, OMP_NUM_THREADS=1.
 
     .venv/bin/python bench/bench_trainer.py [--reps 3]

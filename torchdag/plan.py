@@ -19,7 +19,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .access import ascend_pod_security
-from .agents import agents_plan
 from .catalog import (
     accelerator,
     all_items,
@@ -36,6 +35,7 @@ from .catalog import (
 )
 from .gang import gang
 from .network import is_pod, master_address, network_plan, node_depends, rendezvous_wait
+from .plan_agents import agents_plan
 from .plan_model import TypedPlan, retry_policy, typed_plan
 from .recovery import argo_retry, node_recovery
 from .watch import elastic_from, host_check, scheduling_watch
@@ -112,7 +112,7 @@ class Plan:
     backend: str
     backend_reason: str
     world_size: int
-    agents: dict | None = None  # the helpers' ConfigMap (torchdag/agents.py), or None: the image has them
+    agents: dict | None = None  # the helpers' ConfigMap (torchdag/plan_agents.py), or None: the image has them
     catalog: dict = field(default_factory=catalog, repr=False, compare=False)  # the one it was planned with
     master: NodePlan = field(init=False)
     typed: TypedPlan = field(init=False)  # what consumers read (torchdag/plan_model.py)
