@@ -122,7 +122,7 @@ names. Usage: include "torchdag.plan" (dict "root" $ "plan" $plan)
 {{- range $field, $value := dict "accelerator" $kind "device" $entry.device "devices" $devices "command" $command "args" (replace "$" "$$" (toJson $args) |
       fromJsonArray) "env" $env "fieldEnv" (include "torchdag.items" (dict "items" $container.fieldEnv "facts" $facts) | fromJsonArray) "resources" $resources
       "setEnv" $setEnv "podSecurity" (include "torchdag.ascendPodSecurity" (dict "values" $v "ascend" $entry.ascend) | fromJsonArray) "labels" ($node.labels |
-      default dict) }}{{ $_ := set $shape $field $value }}{{ end -}}
+      default dict) "ifIp" $hasIfIp }}{{ $_ := set $shape $field $value }}{{ end -}}
 {{- $_ := set $shapeByKey $key $shape -}}
 {{- $shapes = append $shapes $shape -}}
 {{- end -}}
@@ -131,8 +131,8 @@ names. Usage: include "torchdag.plan" (dict "root" $ "plan" $plan)
 {{- $given := dict "host" $node.name "node-rank" (toString $rank) "nic" $nic "if-ip" $address "restart" $container.argoArguments.restart -}}
 {{- $arguments := list -}}
 {{- range $shape.parameters }}{{ if hasKey $given . }}{{ $arguments = append $arguments (list . (index $given .)) }}{{ end }}{{ end -}}
-{{- $_ := set $planned (printf "%08d" $rank) (dict "task" (printf $nodeName $rank) "rank" $rank "name" $node.name "address" $address "nic" $nic "accelerator"
-      $kind "devices" $devices "shape" $shape "arguments" $arguments) -}}
+{{- $_ := set $planned (printf "%08d" $rank) (dict "task" (printf $nodeName $rank) "rank" $rank "index" $index "name" $node.name "address" $address "nic"
+      $nic "accelerator" $kind "devices" $devices "shape" $shape "arguments" $arguments) -}}
 {{- $worldSize = add $worldSize $devices -}}
 {{- $rank = add1 $rank -}}
 {{- end -}}
