@@ -48,13 +48,13 @@ def chart_workflow(helm: str, values: Path | str, *extra: str) -> dict:
     return argo_document(result.stdout)
 
 
-# The chart's debug template (chart/templates/plan.json): printed only for this API version.
+# The chart's debug template (chart/templates/plan.yaml): printed only for this API version.
 PLAN_API_VERSION = "torchdag.io/plan"
-PLAN_TEMPLATE = "templates/plan.json"
+PLAN_TEMPLATE = "templates/plan.yaml"
 
 
 def chart_plan(helm: str, values: Path | str) -> subprocess.CompletedProcess:
-    """`helm template ... --api-versions torchdag.io/plan --show-only templates/plan.json`: the
+    """`helm template ... --api-versions torchdag.io/plan --show-only templates/plan.yaml`: the
     chart's typed Plan, the twin of `torchdag plan FILE --json` (read it with plan_json)."""
     return helm_template(helm, values, "--api-versions", PLAN_API_VERSION, "--show-only", PLAN_TEMPLATE)
 

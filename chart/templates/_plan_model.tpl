@@ -3,7 +3,7 @@
 {{/*
 torchdag/plan_model.py's typed_plan(): the typed Plan as JSON, the fields and units of
 `torchdag plan FILE --json`, restated from what torchdag.plan decided (nothing is decided
-here). templates/plan.json prints it for `helm template ... --api-versions torchdag.io/plan`.
+here). templates/plan.yaml prints it for `helm template ... --api-versions torchdag.io/plan`.
 Takes (dict "plan" $plan "values" $v), $plan filled by torchdag.plan.
 */}}
 {{- define "torchdag.typedPlan" -}}

@@ -1,4 +1,4 @@
-"""The chart's typed Plan (chart/templates/plan.json, torchdag.typedPlan in _plan_model.tpl)
+"""The chart's typed Plan (chart/templates/plan.yaml, torchdag.typedPlan in _plan_model.tpl)
 equals `torchdag plan FILE --json` (torchdag/plan_model.py) field for field, JSON type
 included (1 is not true, "" is not null, a missing key is not null), on every values file the
 chart's parity tests cover and on every case of the feature matrix: the renderers agree on the
