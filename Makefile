@@ -316,7 +316,7 @@ test-long: $(TEST_TOOLS) ## the long tier: minutes-long jobs on the local cluste
 	$(TEST_ENV) $(PY) -m pytest -n 2 --dist loadgroup -m long tests --durations=25
 
 golden: $(VENV_STAMP) ## regenerate tests/golden/ from examples/ and tests/cases/ (review the diff!)
-	$(PY) tests/golden.py --write
+	$(PY) tests/render/golden.py --write
 
 smoke: $(VENV_STAMP) ## run the nodes of VALUES' plan as local processes (default examples/local.yaml; SMOKE_ARGS=...)
 	$(PY) -m testbed.localrun $(SMOKE_VALUES) $(SMOKE_ARGS)
@@ -350,7 +350,7 @@ torch21-check: $(TORCH21_STAMP) ## torchdag_ddp's stand-in test under torch 2.1 
 bench-tiers: $(VENV_STAMP) ## make test-fast and make test (warm) timed against their budgets (3 and 25 minutes), and .ci/run in a fresh clone with empty caches (75); the test time per folder (about two hours)
 	$(PY) bench/bench_tiers.py
 
-bench-root-cause: $(VENV_STAMP) ## issue 41's stress: a user's script raises on rank 1 under record.py, 20 runs through real torchrun; in how many diagnose names rank 1, its host and exception (about a minute a run here)
+bench-root-cause: $(VENV_STAMP) ## issue 41's stress: a user's script raises on rank 1 under record.py, 20 runs through real torchrun; in how many diagnose names rank 1, its host and exception (18-85 s a run here, by load)
 	$(PY) bench/bench_root_cause.py --runs 20
 
 SCALE_NODES ?= 256 1024 4096

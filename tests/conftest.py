@@ -2,7 +2,8 @@
 session-wide rules.
 
 Tests live in subject folders (tests/render, tests/chart, tests/trainer, tests/e2e, ...);
-`pytest tests/render` runs one subject. The shared helpers stay here at tests/; this folder
+`pytest tests/render` runs one subject. The helpers several folders share stay here at tests/,
+one that serves a single folder lives in it (tests/house/test_helper_places.py); this folder
 and every subject folder are on sys.path, so a module imports helpers, and the strategies of
 another test module, by their (unique) basename. The tier follows the folder: every test under
 a folder named in FOLDER_TIERS gets that folder's markers.
@@ -43,9 +44,9 @@ FOLDER_TIERS = {
     "trainer": ("torch",),
 }
 
-# The fake Kubernetes API the gang-watch tests share (its `api` fixture); the local cluster
-# of the e2e tests (its `local_cluster` fixture).
-pytest_plugins = ["gangwatch_helpers", "cluster_helpers", "e2e_helpers"]
+# The local cluster of the e2e and testbed tests (its `local_cluster` fixture). A plugin that
+# serves one folder is not listed here: that folder's conftest.py imports its fixtures.
+pytest_plugins = ["cluster_helpers"]
 
 _TORCH_MODULE = re.compile(r"^pytestmark = .*\bpytest\.mark\.torch\b", re.MULTILINE)
 

@@ -113,14 +113,46 @@ class Helpers:
 
 
 @dataclass(frozen=True)
+class PodSecurity:
+    """The pods' securityContext (securityContext) under the Pod Security level asked for
+    (podSecurity: none | baseline | restricted). None: not set."""
+
+    level: str
+    run_as_user: int | None
+    run_as_group: int | None
+    fs_group: int | None
+    run_as_non_root: bool | None  # restricted sets it unless the values do
+    supplemental_groups: tuple[int, ...] | None
+
+    @property
+    def restricted(self) -> bool:
+        return self.level == "restricted"
+
+    @property
+    def pod_context(self) -> bool:
+        """Whether the Workflow sets a pod securityContext at all."""
+        return self.restricted or any(value is not None for value in (
+            self.run_as_user, self.run_as_group, self.fs_group, self.run_as_non_root, self.supplemental_groups))
+
+
+@dataclass(frozen=True)
 class Job:
     name: str
     kind: str  # Workflow | WorkflowTemplate
     namespace: str | None  # None: the one kubectl or argo submits to
     service_account: str | None  # the pods' ServiceAccount (None: the namespace's default)
+    executor_service_account: str | None  # Argo's executor's (None: the pods' own)
+    automount_service_account_token: bool
     node_selector: dict[str, str]  # every pod's, beside its host
     tolerations: tuple[dict, ...]  # every pod's
+    annotations: dict[str, str]  # the Workflow's and every pod's
     image: str
+    image_pull_policy: str
+    image_pull_secrets: tuple[str, ...]
+    security: PodSecurity
+    ttl_seconds_after_finished: int | None  # None: the finished Workflow is kept
+    pod_gc: str | None  # Argo's podGC strategy; None: pods are kept
+    priority_class_name: str | None
     script: str
     args: tuple[str, ...]
     working_dir: str | None
@@ -158,6 +190,15 @@ class TypedPlan:
 
 def _seconds(value) -> int | None:
     return int(value) if value else None
+
+
+def pod_security(values: dict) -> PodSecurity:
+    """securityContext as numbers; podSecurity restricted asks runAsNonRoot unless the values say."""
+    context, level = values.get("securityContext") or {}, values["podSecurity"]
+    non_root = context.get("runAsNonRoot", True if level == "restricted" else None)
+    groups = context.get("supplementalGroups")
+    return PodSecurity(level, context.get("runAsUser"), context.get("runAsGroup"), context.get("fsGroup"), non_root,
+                       tuple(groups) if groups is not None else None)
 
 
 def retry_policy(values: dict, cat: dict) -> RetryPolicy | None:
@@ -209,12 +250,26 @@ def typed_plan(values: dict, cat: dict, plan) -> TypedPlan:
                       values["network"]["nic"] if plan.network else None)
     helpers = Helpers(bool(values["agents"]["fromWorkflow"]), cat["agents"]["path"],
                       tuple(plan.agents["files"]) if plan.agents else ())
-    job = Job(values["name"], values["kind"], values.get("namespace") or None, values.get("serviceAccountName") or None,
-              dict(values.get("nodeSelector") or {}), tuple(dict(t) for t in values.get("tolerations") or ()),
-              values["image"], values["script"], tuple(values["args"]), values["workingDir"] or None,
-              dict(plan.labels), plan.backend, plan.backend_reason, len(nodes), plan.world_size, plan.elastic_from,
-              int(values["port"]), plan.master.name, plan.master_address, plan.scheduler_name or None,
-              _seconds(timeouts["workflowDeadline"]), _seconds(timeouts["rendezvous"]),
-              _seconds(timeouts["processGroup"]), int(scheduling["timeout"]),
-              bool(values["workflow"]["nodeStatusOffload"]))
+    workflow = values["workflow"]
+    job = Job(name=values["name"], kind=values["kind"], namespace=values.get("namespace") or None,
+              service_account=values.get("serviceAccountName") or None,
+              executor_service_account=values.get("executorServiceAccountName") or None,
+              automount_service_account_token=bool(values["automountServiceAccountToken"]),
+              node_selector=dict(values.get("nodeSelector") or {}),
+              tolerations=tuple(dict(t) for t in values.get("tolerations") or ()),
+              annotations=dict(values.get("annotations") or {}), image=values["image"],
+              image_pull_policy=values["imagePullPolicy"],
+              image_pull_secrets=tuple(values.get("imagePullSecrets") or ()), security=pod_security(values),
+              ttl_seconds_after_finished=_seconds(workflow.get("ttlSecondsAfterFinished")),
+              pod_gc=workflow.get("podGC") or None,
+              priority_class_name=workflow.get("priorityClassName") or None,
+              script=values["script"], args=tuple(values["args"]), working_dir=values["workingDir"] or None,
+              labels=dict(plan.labels), backend=plan.backend, backend_reason=plan.backend_reason, nnodes=len(nodes),
+              world_size=plan.world_size, min_nodes=plan.elastic_from, port=int(values["port"]),
+              master_host=plan.master.name, master_address=plan.master_address,
+              scheduler_name=plan.scheduler_name or None, deadline_seconds=_seconds(timeouts["workflowDeadline"]),
+              rendezvous_seconds=_seconds(timeouts["rendezvous"]),
+              process_group_seconds=_seconds(timeouts["processGroup"]),
+              scheduling_timeout_seconds=int(scheduling["timeout"]),
+              node_status_offload=bool(workflow["nodeStatusOffload"]))
     return TypedPlan(job, typed_nodes, shapes, retry_policy(values, cat), gang, network, helpers)

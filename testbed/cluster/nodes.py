@@ -19,7 +19,6 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 from torchdag import pipeline
-from torchdag.catalog import resource_name
 from torchdag.plan import make_plan
 
 from .up import ClusterError
@@ -40,12 +39,13 @@ def node_objects(values_path: str, capacity: dict[str, str] | None = None) -> li
     now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     arch = {"x86_64": "amd64", "aarch64": "arm64"}.get(platform.machine(), platform.machine())
     nodes = []
-    for node in plan.nodes:
+    shapes = {shape.name: shape for shape in plan.typed.shapes}
+    for node in plan.typed.nodes:
         offered = {**DEFAULT_CAPACITY, **(capacity or {})}
-        resource = resource_name(node.accelerator, values)
+        resource = shapes[node.shape].resources.accelerator_resource
         if resource:
             offered[resource] = str(node.devices)
-        labels = {**values["nodeSelector"], "kubernetes.io/hostname": node.name, "kubernetes.io/os": "linux",
+        labels = {**plan.typed.job.node_selector, "kubernetes.io/hostname": node.host, "kubernetes.io/os": "linux",
                   "kubernetes.io/arch": arch, "torchdag.io/accelerator": node.accelerator}
         conditions = [_condition(kind, "False", reason, now) for kind, reason in
                       (("MemoryPressure", "KubeletHasSufficientMemory"), ("DiskPressure", "KubeletHasNoDiskPressure"),
@@ -54,14 +54,14 @@ def node_objects(values_path: str, capacity: dict[str, str] | None = None) -> li
         nodes.append({
             "apiVersion": "v1",
             "kind": "Node",
-            "metadata": {"name": node.name, "labels": {key: str(value) for key, value in labels.items()}},
+            "metadata": {"name": node.host, "labels": {key: str(value) for key, value in labels.items()}},
             "spec": {},
             "status": {
                 "capacity": offered,
                 "allocatable": dict(offered),
                 "conditions": conditions,
                 "addresses": [{"type": "InternalIP", "address": node.address},
-                              {"type": "Hostname", "address": node.name}],
+                              {"type": "Hostname", "address": node.host}],
                 "nodeInfo": {"kubeletVersion": KUBELET_VERSION, "operatingSystem": "linux", "architecture": arch,
                              "containerRuntimeVersion": "torchdag-process://0", "kernelVersion": platform.release(),
                              "osImage": "torchdag process kubelet", "machineID": "", "systemUUID": "",

@@ -145,9 +145,10 @@ class Job:
         lines = [self.retry.describe(scale)]
         members = [task.name for task in self.tasks if task.elastic]
         if members:
-            lines.append(f"elastic.minNodes {self.plan.elastic_from}: {', '.join(members)} may be left behind "
+            job = self.plan.typed.job
+            lines.append(f"elastic.minNodes {job.min_nodes}: {', '.join(members)} may be left behind "
                          f"once out of restarts, and the others go on without them (torchrun --nnodes="
-                         f"{self.plan.elastic_from}:{len(self.plan.nodes)})")
+                         f"{job.min_nodes}:{job.nnodes})")
         return lines
 
     def nodes_to_run(self) -> list[NodePlan]:
@@ -167,7 +168,7 @@ class Job:
         argv, env_out, cwd, device = localize(command, args, env_list, self.plan.typed.job.working_dir,
                                               node.shape.device, self.options, notes)
         task = LocalTask(node.task, node.name, node.rank, node.devices, argv, env_out, cwd, device, notes,
-                         restart=restart, elastic=node.rank >= self.plan.elastic_from)
+                         restart=restart, elastic=self.plan.typed.nodes[node.rank].elastic)
         if self.exec_prefix is not None:
             task.prefix = list(self.exec_prefix(task))
         return task

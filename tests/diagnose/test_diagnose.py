@@ -1,5 +1,5 @@
 """torchdag/diagnose: the first failure and its cause from recorded logs of real 2-node runs
-(tests/diagnose_logs/, recorded by its record.py with tests/diagnose_faults.py), each
+(tests/diagnose_logs/, recorded by its record.py with its diagnose_faults.py), each
 known signature on the line it is known by, and the commands' one-line answers to bad input."""
 
 from __future__ import annotations

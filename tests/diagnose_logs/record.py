@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Re-record the fixtures here: a 2-node job on 127.0.0.1 (two torchrun "nodes", one
-process each) with one fault injected by tests/diagnose_faults.py; each node's output with
+process each) with one fault injected by diagnose_faults.py (here); each node's output with
 a timestamp per line, as the API serves logs with timestamps=true.
 
     .venv/bin/python tests/diagnose_logs/record.py raise|kill|stop|port|nic [--port P]
@@ -27,7 +27,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # testbed.kubelet.cgroups
 HERE = Path(__file__).resolve().parent
-FAULTS = HERE.parent / "diagnose_faults.py"
+FAULTS = HERE / "diagnose_faults.py"
 REPO = HERE.parents[1]
 USER = HERE.parent / "third_party" / "faulty_user.py"
 RUNNER = REPO / "trainer" / "agents" / "record.py"

@@ -1,6 +1,6 @@
 """`torchdag diagnose`, `status` and `logs` against the local cluster (issue 28's acceptance):
 faults injected into 2-node jobs run by the process kubelet under Argo's real controller
-(tests/diagnose_faults.py: a raise after N steps, a SIGKILL, a SIGSTOP hang; the master port
+(tests/diagnose_logs/diagnose_faults.py: a raise after N steps, a SIGKILL, a SIGSTOP hang; the master port
 taken; a NIC that does not exist), a job whose second host matches no Node, `kubectl logs`
 through the kubelet API, and bad input. One cluster and two hosts: the hang and the unscheduled job
 first, then the four faults at once."""
@@ -23,9 +23,10 @@ from helpers import REPO, free_port
 from testbed.runtime import torchdag_image_maps
 
 pytestmark = [pytest.mark.go, pytest.mark.torch, pytest.mark.e2e]
-# The faults' image: torchdag's, with tests/diagnose_faults.py copied in beside trainer/ (it imports it)
-FAULTS = "/opt/torchdag/tests/diagnose_faults.py"
-FAULTS_IMAGE = [*torchdag_image_maps(), (FAULTS, str(REPO / "tests" / "diagnose_faults.py"))]
+# The faults' image: torchdag's, with tests/diagnose_logs/diagnose_faults.py copied in at the same path
+# under /opt/torchdag, where it finds trainer/ (it imports it)
+FAULTS = "/opt/torchdag/tests/diagnose_logs/diagnose_faults.py"
+FAULTS_IMAGE = [*torchdag_image_maps(), (FAULTS, str(REPO / "tests" / "diagnose_logs" / "diagnose_faults.py"))]
 SCHEDULE_TIMEOUT = 60
 WATCH_POLL = 5  # the watch's default --poll
 # The unscheduled job's Workflow is padded to leave this many bytes under Argo's

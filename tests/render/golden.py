@@ -9,9 +9,12 @@ import argparse
 import sys
 from pathlib import Path
 
+# Run as a script (`make golden`), it needs what pytest puts on the path: tests/ (helpers) and the checkout.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
 from helpers import REPO
 
-sys.path.insert(0, str(REPO))  # run as a script: `make golden`
+sys.path.insert(0, str(REPO))
 
 from torchdag import pipeline
 

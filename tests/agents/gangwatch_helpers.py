@@ -1,6 +1,6 @@
 """A fake Kubernetes API on 127.0.0.1 and the way to run trainer/agents/gangwatch.py
-against it, for tests/agents/test_gangwatch.py and tests/agents/test_gangwatch_paths.py. Loaded as a
-pytest plugin by tests/conftest.py, so the `api` fixture needs no import."""
+against it, for the gang-watch tests here (tests/agents/). This folder's conftest.py imports its `api`
+fixture, so the tests need no import."""
 
 from __future__ import annotations
 
