@@ -46,6 +46,23 @@ Takes (dict "plan" $plan "values" $v), $plan filled by torchdag.plan.
       $plan.backendReason "nnodes" (len $plan.nodes) "world_size" $plan.worldSize "min_nodes" $elasticFrom "port" (int64 $v.port) "master_host"
       $plan.master.name "master_address" $plan.masterAddress "scheduler_name" ($plan.schedulerName | default nil) "scheduling_timeout_seconds" (int64
       $v.scheduling.timeout) "node_status_offload" (not (empty $v.workflow.nodeStatusOffload)) }}{{ $_ := set $job $field $value }}{{ end -}}
+{{- $workflow := $v.workflow -}}
+{{- range $field, $value := dict "executor_service_account" ($v.executorServiceAccountName | default nil) "automount_service_account_token" (not (empty
+      $v.automountServiceAccountToken)) "annotations" ($v.annotations | default dict) "image_pull_policy" $v.imagePullPolicy "image_pull_secrets"
+      ($v.imagePullSecrets | default list) "pod_gc" ($workflow.podGC | default nil) "priority_class_name" ($workflow.priorityClassName | default nil)
+      "ttl_seconds_after_finished" (ternary nil (int64 $workflow.ttlSecondsAfterFinished) (empty $workflow.ttlSecondsAfterFinished)) -}}
+{{- $_ := set $job $field $value -}}
+{{- end -}}
+{{- /* plan_model.pod_security: the pods' securityContext as numbers; restricted asks runAsNonRoot unless the values say */ -}}
+{{- $context := $v.securityContext | default dict }}{{ $restricted := eq $v.podSecurity "restricted" -}}
+{{- $security := dict "level" $v.podSecurity "run_as_non_root" (ternary $context.runAsNonRoot (ternary true nil $restricted) (hasKey $context
+      "runAsNonRoot")) -}}
+{{- range $field, $key := dict "run_as_user" "runAsUser" "run_as_group" "runAsGroup" "fs_group" "fsGroup" -}}
+{{- $value := index $context $key }}{{ $_ := set $security $field (ternary nil (int64 $value) (kindIs "invalid" $value)) -}}
+{{- end -}}
+{{- $groups := list }}{{ range $context.supplementalGroups }}{{ $groups = append $groups (int64 .) }}{{ end -}}
+{{- $_ := set $security "supplemental_groups" (ternary nil $groups (kindIs "invalid" $context.supplementalGroups)) -}}
+{{- $_ := set $job "security" $security -}}
 {{- /* timeouts as whole seconds, null where unset (0 or null) */ -}}
 {{- range $field, $key := dict "deadline_seconds" "workflowDeadline" "rendezvous_seconds" "rendezvous" "process_group_seconds" "processGroup" -}}
 {{- $seconds := index $timeouts $key }}{{ $_ := set $job $field (ternary nil (int64 $seconds) (empty $seconds)) -}}

@@ -69,9 +69,10 @@ def test_the_charts_plan_is_torchdag_plan_json_across_the_feature_matrix(helm, c
 
 
 # What the files above leave at one side of a null: nodes without a NIC or address, the
-# timeouts unset (no deadline: Argo's cap bounds the waits), a set_env.sh turned off, the
-# accelerator's resource renamed, a namespace, a working directory and the pod network by the
-# older key with a gang queue left empty.
+# timeouts and the Workflow's ttl unset (no deadline: Argo's cap bounds the waits), a set_env.sh
+# turned off, the accelerator's resource renamed, no token automounted, a namespace, a working
+# directory; the pod network by the older key, a gang queue left empty, runAsNonRoot false and
+# no supplemental groups.
 EDGES = {
     "nulls": """
 name: edge-nulls
@@ -85,6 +86,11 @@ resourceNames: {ascend910: example.com/npu}
 ascend: {setEnvScript: ""}
 timeouts: {workflowDeadline: null, rendezvous: null, processGroup: null}
 failurePolicy: {maxRestarts: 3, backoffSeconds: 700}
+automountServiceAccountToken: false
+executorServiceAccountName: argo-executor
+imagePullSecrets: [registry-a, registry-b]
+annotations: {example.com/owner: team-a}
+workflow: {ttlSecondsAfterFinished: null, podGC: OnPodCompletion}
 nodes:
   - {name: a, address: 10.0.0.1, accelerator: ascend910, devices: 2, labels: {team: x}}
   - {name: b, accelerator: ascend910, devices: 2}
@@ -94,6 +100,8 @@ name: edge-pod
 image: img:1
 script: /w/train.py
 hostNetwork: false
+podSecurity: baseline
+securityContext: {runAsNonRoot: false, supplementalGroups: []}
 scheduling: {gang: volcano, queue: "", schedulerName: my-volcano}
 nodes:
   - {name: a, accelerator: cpu, resources: {requests: {cpu: 2}}}
