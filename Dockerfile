@@ -1,4 +1,5 @@
-# torchdag training image: an Ascend PyTorch base plus trainer/ at /opt/torchdag/trainer.
+# torchdag training image: an Ascend PyTorch base plus trainer/ at /opt/torchdag/trainer and the
+# pod helpers at /opt/torchdag/torchdag/agents.
 #
 #   docker buildx build --platform linux/arm64,linux/amd64 -t REGISTRY/torchdag-trainer:TAG .
 #   docker build --build-arg BASE=pytorch/pytorch:2.5.1-cuda12.4-cudnn9-runtime ...   # GPU/CPU nodes
@@ -32,8 +33,13 @@ RUN if ! getent passwd 1000 >/dev/null; then \
 COPY trainer/ /opt/torchdag/trainer/
 # trainer/device.py reads the device kinds' backends from the catalogue, as in a checkout.
 COPY torchdag/catalog.yaml /opt/torchdag/torchdag/catalog.yaml
+# The pod helpers, at the path a Workflow runs them from (agents.fromWorkflow: false leaves them
+# to the image); the trainer imports three of them as torchdag.agents, so the package's
+# __init__.py comes too: a torchdag installed in the base cannot stand in for it.
+COPY torchdag/__init__.py /opt/torchdag/torchdag/__init__.py
+COPY torchdag/agents/ /opt/torchdag/torchdag/agents/
 RUN chmod 0755 /opt/torchdag/trainer/entrypoint.sh \
-    && python3 -m compileall -q /opt/torchdag/trainer
+    && python3 -m compileall -q /opt/torchdag/trainer /opt/torchdag/torchdag
 
 ENV PYTHONPATH=/opt/torchdag \
     PYTHONUNBUFFERED=1

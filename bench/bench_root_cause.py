@@ -45,7 +45,7 @@ def one_run(nodes: int, nproc: int, timeout: float) -> tuple[dict, list[dict], d
     for node in range(nodes):
         cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", str(nodes), "--node-rank", str(node),
                "--nproc-per-node", str(nproc), "--master-addr", "127.0.0.1", "--master-port", str(port),
-               str(REPO / "trainer" / "agents" / "record.py"), str(REPO / "tests" / "third_party" / "faulty_user.py")]
+               str(REPO / "torchdag" / "agents" / "record.py"), str(REPO / "tests" / "third_party" / "faulty_user.py")]
         proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         lines: list[str] = []
         reader = threading.Thread(target=stamped, args=(proc.stdout, lines), daemon=True)

@@ -6,7 +6,7 @@ the CPU against one of the accelerator alone, with the stand-in device on this C
 
 Two torchrun "nodes" of one rank on 127.0.0.1 over gloo run device_checks/torchdag_ddp_check.py
 (BatchNorm MLP 8 -> H -> 4, batch 16 per rank, 2 micro-batches a step under no_sync()) through
-trainer/agents/record.py, as the Workflow runs it: CpuBucketDDP on the stand-in alone, on the
+torchdag/agents/record.py, as the Workflow runs it: CpuBucketDDP on the stand-in alone, on the
 stand-in beside the CPU, and torch's DDP on the CPU alone. The stand-in (tests/trainer/standin)
 runs the CPU's kernels through a per-operator fallback, so it is no NPU: the rows show what the
 mixed job's exchange costs against the accelerator-only one's. A job's step time is
@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-RECORD = ROOT / "trainer" / "agents" / "record.py"
+RECORD = ROOT / "torchdag" / "agents" / "record.py"
 CHECK = ROOT / "device_checks" / "torchdag_ddp_check.py"
 STANDIN = ROOT / "tests" / "trainer" / "standin"
 JOBS = (("stand-in only", ("standin", "standin")), ("stand-in + CPU", ("standin", "cpu")),

@@ -64,7 +64,7 @@ def main() -> None:
     ranks = ranks_from_env()
     place = resolve(ranks.local_rank, "cpu", "gloo")
     if args.mode == "record" and os.environ.get("TORCHDAG_RECORD") != "0":
-        from trainer.agents import torchdag_flight
+        from torchdag.agents import torchdag_flight
 
         torchdag_flight.install()  # as trainer/train.py does, before the process group
     dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=120))

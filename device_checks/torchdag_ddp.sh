@@ -2,7 +2,7 @@
 # Device check of torchdag_ddp, the helper users' scripts import (docs/byo.md), on a GPU or an
 # Ascend machine. The user's script (device_checks/torchdag_ddp_check.py: BatchNorm, gradient
 # accumulation under no_sync(), rank 0's weights to start) runs through
-# trainer/agents/record.py as the Workflow runs it, in jobs of two torchrun "nodes" on
+# torchdag/agents/record.py as the Workflow runs it, in jobs of two torchrun "nodes" on
 # 127.0.0.1 over gloo:
 #   DEVICE only    both ranks on the accelerator (310P across servers; GPU-only over gloo)
 #   DEVICE + cpu   rank 0 on the accelerator, rank 1 on the CPU (NPU + CPU, GPU + CPU)
@@ -51,7 +51,7 @@ job() {
         env "${visible[@]}" TORCHDAG_DEVICE="$kind" TORCHDAG_BACKEND="$backend" \
             timeout 600 "$PY" -m torch.distributed.run --nnodes=2 --node-rank=$node --nproc-per-node=1 \
             --master-addr=127.0.0.1 --master-port="$port" --rdzv-conf=timeout=60 \
-            trainer/agents/record.py device_checks/torchdag_ddp_check.py train "$WORK/$name" \
+            torchdag/agents/record.py device_checks/torchdag_ddp_check.py train "$WORK/$name" \
             --steps "$STEPS" --hidden "$HIDDEN" "$@" >"$WORK/$name/node$node.log" 2>&1 &
         pids+=($!)
     done

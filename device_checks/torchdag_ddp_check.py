@@ -1,6 +1,6 @@
 """A user's DDP script with docs/byo.md's lines (marked `# torchdag`), and its verdict.
 
-    torchrun ... trainer/agents/record.py device_checks/torchdag_ddp_check.py train OUT [options]
+    torchrun ... torchdag/agents/record.py device_checks/torchdag_ddp_check.py train OUT [options]
     python3 device_checks/torchdag_ddp_check.py compare OUT
 
 `train` runs as every rank of a job, device and backend from the Workflow's variables

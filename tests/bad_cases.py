@@ -194,9 +194,9 @@ BAD_CASES = [
           _set("volumes", [{"name": "shm", "mountPath": "//dev/./shm/", "hostPath": {"path": "/tmp"}}])),
     # Issue 37: the helpers' ConfigMap is mounted read-only at its folder (agents.fromWorkflow).
     _case("volume-on-the-helpers-folder", "volumes[0].mountPath", "is where the Workflow mounts torchdag's helpers",
-          _set("volumes", [{"name": "c", "mountPath": "/opt/torchdag/trainer/agents/", "hostPath": {"path": "/c"}}])),
+          _set("volumes", [{"name": "c", "mountPath": "/opt/torchdag/torchdag/agents/", "hostPath": {"path": "/c"}}])),
     _case("volume-inside-the-helpers-folder", "volumes[0].mountPath", "set agents.fromWorkflow: false",
-          _set("volumes", [{"name": "x", "mountPath": "/opt/torchdag/trainer/agents/x", "hostPath": {"path": "/c"}}])),
+          _set("volumes", [{"name": "x", "mountPath": "/opt/torchdag/torchdag/agents/x", "hostPath": {"path": "/c"}}])),
     # Issue 8: launcher flags torchdag plans, its own label prefix, gang and token rules
     _case("extra-args-override-node-rank", "launcher.extraArgs[1]", "sets a launcher flag torchdag plans itself",
           _set("launcher", {"extraArgs": ["--monitor_interval=1", "--node-rank=0"]})),

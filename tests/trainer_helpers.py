@@ -14,7 +14,7 @@ from pathlib import Path
 from helpers import REPO, free_port
 
 TRAIN = REPO / "trainer" / "train.py"
-PREFLIGHT = REPO / "trainer" / "agents" / "preflight.py"
+PREFLIGHT = REPO / "torchdag" / "agents" / "preflight.py"
 
 
 

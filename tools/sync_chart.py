@@ -419,7 +419,7 @@ def catalog_tpl(catalog: dict, schema: dict) -> str:
 def agent_files() -> dict[str, str]:
     """Every file a Workflow may carry (catalog `agents.files`) and its text, copied into
     chart/files/agents/ so that both renderers embed the same bytes."""
-    from torchdag.agents import agent_text
+    from torchdag.plan_agents import agent_text
 
     return {name: agent_text(name) for name in facts.all_items(facts.catalog()["agents"]["files"])}
 

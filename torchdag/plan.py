@@ -19,7 +19,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .access import ascend_pod_security
-from .agents import agents_plan
 from .catalog import (
     accelerator,
     all_items,
@@ -36,6 +35,7 @@ from .catalog import (
 )
 from .gang import gang
 from .network import is_pod, master_address, network_plan, node_depends, rendezvous_wait
+from .plan_agents import agents_plan
 from .plan_model import TypedPlan, retry_policy, typed_plan
 from .recovery import argo_retry, node_recovery
 from .watch import elastic_from, host_check, scheduling_watch
@@ -112,13 +112,14 @@ class Plan:
     backend: str
     backend_reason: str
     world_size: int
-    agents: dict | None = None  # the helpers' ConfigMap (torchdag/agents.py), or None: the image has them
+    agents: dict | None = None  # the helpers' ConfigMap (torchdag/plan_agents.py), or None: the image has them
+    catalog: dict = field(default_factory=catalog, repr=False, compare=False)  # the one it was planned with
     master: NodePlan = field(init=False)
     typed: TypedPlan = field(init=False)  # what consumers read (torchdag/plan_model.py)
 
     def __post_init__(self) -> None:
         self.master = self.nodes[0]
-        self.typed = typed_plan(self.values, catalog(), self)
+        self.typed = typed_plan(self.values, self.catalog, self)
 
     @property
     def scheduler_name(self) -> str:
@@ -135,7 +136,7 @@ class Plan:
 
     def task_template(self, shape: Shape) -> str:
         """The template a node task calls: under node recovery the shape's retry wrapper."""
-        return fill(catalog()["container"]["retryWrapper"], {"name": shape.name}) if self.node_retry else shape.name
+        return fill(self.catalog["container"]["retryWrapper"], {"name": shape.name}) if self.node_retry else shape.name
 
     def task_arguments(self, arguments: tuple) -> tuple:
         """A node task's arguments; under node recovery the wrapper passes `restart` itself."""
@@ -144,13 +145,13 @@ class Plan:
     @property
     def argo_arguments(self) -> dict:
         """What a node template's caller passes for the parameters no node fact gives."""
-        return catalog()["container"]["argoArguments"]
+        return self.catalog["container"]["argoArguments"]
 
     @property
     def labels(self) -> dict:
         """The job's labels: torchdag's own first, then the user's (validation keeps the
         `torchdag.io/` prefix for torchdag)."""
-        return {catalog()["labels"]["job"]: self.values["name"], **self.values["labels"]}
+        return {self.catalog["labels"]["job"]: self.values["name"], **self.values["labels"]}
 
 
 def _resources(node: dict, values: dict) -> dict:
@@ -167,9 +168,9 @@ def _resources(node: dict, values: dict) -> dict:
     return out
 
 
-def resolve_backend(values: dict) -> tuple[str, str]:
+def resolve_backend(values: dict, cat: dict) -> tuple[str, str]:
     """Rule backend-auto: the backend, and the reason the summary gives for it."""
-    reasons = catalog()["backendReasons"]
+    reasons = cat["backendReasons"]
     if values["backend"] != "auto":
         return values["backend"], reasons["set"]
     kind = node_accelerator(values["nodes"][0])  # validation leaves one kind under auto
@@ -184,7 +185,7 @@ def _number(value) -> str:
     return str(int(value)) if value else ""
 
 
-def job_facts(values: dict, backend: str, master_address: str) -> dict:
+def job_facts(values: dict, backend: str, master_address: str, cat: dict) -> dict:
     """The facts every shape shares (catalog.yaml lists them all)."""
     timeouts, launcher = values["timeouts"], values["launcher"]
     return {
@@ -205,19 +206,19 @@ def job_facts(values: dict, backend: str, master_address: str) -> dict:
         "maxRestarts": str(int(values["failurePolicy"]["maxRestarts"])),
         "minNodes": str(elastic_from(values)),
         "rejoinSeconds": str(int(values["elastic"]["rejoinSeconds"])),
-        "run": catalog()["network"]["run"],
+        "run": cat["network"]["run"],
         "whitelistDisable": bool(values["ascend"]["whitelistDisable"]),
         "podNetwork": is_pod(values),
         "rendezvousWait": rendezvous_wait(values),
-        **{f"input:{name}": argo_parameter(name) for name in all_items(catalog()["container"]["parameters"])},
+        **{f"input:{name}": argo_parameter(name) for name in all_items(cat["container"]["parameters"])},
     }
 
 
-def shape_facts(job: dict, kind: str, devices: int, nic: str, address: str, own_resources: bool) -> dict:
+def shape_facts(job: dict, kind: str, devices: int, nic: str, address: str, own_resources: bool, cat: dict) -> dict:
     entry = accelerator(kind)
     return {
         **job,
-        **{device: device == entry["device"] for device in catalog()["devices"]},
+        **{device: device == entry["device"] for device in cat["devices"]},
         "accelerator": kind,
         "device": entry["device"],
         "devices": str(devices),
@@ -231,64 +232,64 @@ def shape_facts(job: dict, kind: str, devices: int, nic: str, address: str, own_
     }
 
 
-def _command(values: dict, facts: dict) -> list[str]:
-    container = catalog()["container"]
+def _command(values: dict, facts: dict, cat: dict) -> list[str]:
+    container = cat["container"]
     words: list[str] = []
     set_env = facts["ascend"] and values["ascend"]["setEnvScript"]
     if set_env:
-        wrapper = {"wrapper": catalog()["setEnvWrapper"]}
-        words += [fill(word, wrapper) for word in catalog()["setEnvCommand"]] + [set_env]
+        wrapper = {"wrapper": cat["setEnvWrapper"]}
+        words += [fill(word, wrapper) for word in cat["setEnvCommand"]] + [set_env]
     if values["preflight"]["enabled"] or facts["nicAuto"] or facts["podNetwork"]:
         words += values["preflight"]["command"] + items(container["preflightArgs"], facts)
     words += items(container["launchers"][values["launcher"]["type"]], facts)
     # The wrapper's own words are bash syntax, not Kubernetes': escape only from the script path on.
-    fixed = len(catalog()["setEnvCommand"]) if set_env else 0
+    fixed = len(cat["setEnvCommand"]) if set_env else 0
     return words[:fixed] + [dollar_escape(word) for word in words[fixed:]]
 
 
-def runs_agent(command: list[str]) -> bool:
+def runs_agent(command: list[str], cat: dict) -> bool:
     """Whether a command runs a file from the helpers' folder (catalog agents.path)."""
-    folder = catalog()["agents"]["path"].rstrip("/") + "/"
+    folder = cat["agents"]["path"].rstrip("/") + "/"
     return any(word.startswith(folder) for word in command)
 
 
-def recorder(values: dict) -> list[str]:
+def recorder(values: dict, cat: dict) -> list[str]:
     """launcher.recordErrors: the runner that records a child's exception for torchrun, as [path] or []."""
-    agents = catalog()["agents"]
+    agents = cat["agents"]
     if not values["launcher"]["recordErrors"] or set(values["launcher"]["extraArgs"]) & set(agents["notPython"]):
         return []
     return [f"{agents['path']}/{agents['recorder']}"]
 
 
-def _args(values: dict, facts: dict) -> list[str]:
+def _args(values: dict, facts: dict, cat: dict) -> list[str]:
     # torchrun passes the script and its arguments through string.Template for its
     # ${local_rank} macro, which turns $$ into $: they are escaped twice (that, and Kubernetes).
-    script = [dollar_escape(word) for word in [*recorder(values), values["script"], *values["args"]]]
-    words = items(catalog()["container"]["launcherArgs"], facts) + values["launcher"]["extraArgs"] + script
+    script = [dollar_escape(word) for word in [*recorder(values, cat), values["script"], *values["args"]]]
+    words = items(cat["container"]["launcherArgs"], facts) + values["launcher"]["extraArgs"] + script
     return [dollar_escape(word) for word in words]
 
 
-def _env(values: dict, facts: dict) -> list[tuple[str, str]]:
-    env = [tuple(pair) for pair in items(catalog()["container"]["env"], facts)]
+def _env(values: dict, facts: dict, cat: dict) -> list[tuple[str, str]]:
+    env = [tuple(pair) for pair in items(cat["container"]["env"], facts)]
     # sorted: Helm cannot see the file's order
     return env + [(name, dollar_escape(value)) for name, value in sorted(values["env"].items())]
 
 
-def _mounts(values: dict, facts: dict, mounts_driver: bool) -> list[dict]:
+def _mounts(values: dict, facts: dict, mounts_driver: bool, cat: dict) -> list[dict]:
     out = []
     if values["shmSize"]:
-        out.append({"name": catalog()["shmVolume"]["name"], "mountPath": catalog()["shmVolume"]["mountPath"]})
+        out.append({"name": cat["shmVolume"]["name"], "mountPath": cat["shmVolume"]["mountPath"]})
     if facts["ascend"] and mounts_driver:
-        out += [{"name": m["name"], "mountPath": m["mountPath"], "readOnly": True} for m in catalog()["ascendMounts"]]
+        out += [{"name": m["name"], "mountPath": m["mountPath"], "readOnly": True} for m in cat["ascendMounts"]]
     for volume in values["volumes"]:
         out.append({"name": volume["name"], "mountPath": volume["mountPath"],
                     **({"readOnly": True} if volume.get("readOnly") else {})})
     return out
 
 
-def _shape(values: dict, facts: dict, resources: dict, mounts_driver: bool) -> dict:
+def _shape(values: dict, facts: dict, resources: dict, mounts_driver: bool, cat: dict) -> dict:
     """One shape's fields, and its base name and suffixes (named once all are known)."""
-    container = catalog()["container"]
+    container = cat["container"]
     return {
         "base": fill(container["shapeName"], facts),
         "suffixes": items(container["shapeSuffixes"], facts),
@@ -296,12 +297,12 @@ def _shape(values: dict, facts: dict, resources: dict, mounts_driver: bool) -> d
         "device": facts["device"],
         "devices": int(facts["devices"]),
         "parameters": tuple(items(container["parameters"], facts)),
-        "command": tuple(_command(values, facts)),
-        "args": tuple(_args(values, facts)),
-        "env": tuple(_env(values, facts)),
+        "command": tuple(_command(values, facts, cat)),
+        "args": tuple(_args(values, facts, cat)),
+        "env": tuple(_env(values, facts, cat)),
         "field_env": tuple(tuple(pair) for pair in items(container["fieldEnv"], facts)),
         "resources": resources,
-        "mounts": tuple(_mounts(values, facts, mounts_driver)),
+        "mounts": tuple(_mounts(values, facts, mounts_driver, cat)),
         "set_env": bool(facts["ascend"] and values["ascend"]["setEnvScript"]),
         "pod_security": ascend_pod_security(values, facts["ascend"]),
         "if_ip": bool(facts["hasIfIp"]),
@@ -329,13 +330,13 @@ def flat_tasks(nodes: int, gang: dict | None, network: dict | None, agents: dict
     return nodes + 1 + (1 if gang and gang["manifest"] else 0) + (1 if network else 0) + (1 if agents else 0)
 
 
-def node_loops(nodes: list[NodePlan], shapes: list[Shape], first_elastic: int) -> list[NodeLoop]:
+def node_loops(nodes: list[NodePlan], shapes: list[Shape], first_elastic: int, cat: dict) -> list[NodeLoop]:
     """Each shape's machines, in rank order, as loop tasks of at most maxItems items. An
     item holds what the flat shape gives each node task as arguments, except what all the
     shape's machines share (a NIC name, say, and `{{retries}}`), which the task passes as
     it is; the naming keys are always there, as Argo names each pod's node after its item.
     A loop task holds either no elastic member or only elastic members (first_elastic on)."""
-    entry = catalog()["nodeLoops"]
+    entry = cat["nodeLoops"]
     keys, size = entry["keys"], int(entry["maxItems"])
     loops: list[NodeLoop] = []
     for shape in shapes:
@@ -359,21 +360,23 @@ def node_loops(nodes: list[NodePlan], shapes: list[Shape], first_elastic: int) -
     return loops
 
 
-def make_plan(values: dict) -> Plan:
+def make_plan(values: dict, cat: dict | None = None) -> Plan:
+    """The Plan of valid, default-filled values, with the catalogue passed in (default: catalog.yaml)."""
+    cat = catalog() if cat is None else cat
     nodes = values["nodes"]
     master_index = next((i for i, node in enumerate(nodes) if node.get("master")), 0)
     order = [master_index] + [i for i in range(len(nodes)) if i != master_index]
     master = nodes[master_index]
-    backend, reason = resolve_backend(values)
+    backend, reason = resolve_backend(values, cat)
     kinds = {node_accelerator(node) for node in nodes}
     mounts_driver = bool(values["ascend"]["mountDriver"]) and any(accelerator(kind)["ascend"] for kind in kinds)
     pod = is_pod(values)
-    job = job_facts(values, backend, master_address(values) if pod else master.get("address") or master["name"])
+    job = job_facts(values, backend, master_address(values) if pod else master.get("address") or master["name"], cat)
 
     runs_preflight = values["preflight"]["enabled"] or pod or any(
         (node.get("nic") or (values["network"]["nic"] if pod else "")) == "auto" for node in nodes)
-    agents = agents_plan(values, {"recorder": bool(recorder(values)), "preflight": runs_preflight,
-                                  "watch": runs_agent(values["scheduling"]["watchCommand"])})
+    agents = agents_plan(values, {"recorder": bool(recorder(values, cat)), "preflight": runs_preflight,
+                                  "watch": runs_agent(values["scheduling"]["watchCommand"], cat)})
 
     specs: dict[tuple, dict] = {}  # shape key -> the shape's fields, in first-seen order
     placed = []
@@ -385,13 +388,13 @@ def make_plan(values: dict) -> Plan:
         address = node_name(rank) if pod else node.get("address") or node["name"]
         nic = node.get("nic") or (values["network"]["nic"] if pod else "")
         resources = _resources(node, values)
-        facts = shape_facts(job, kind, devices, nic, address, "resources" in node)
+        facts = shape_facts(job, kind, devices, nic, address, "resources" in node, cat)
         labels = tuple(sorted((node.get("labels") or {}).items()))
         shared = {"accelerator": kind, "devices": devices, "resources": repr(resources), "hasIfIp": facts["hasIfIp"],
                   "nicMode": nic if nic in ("", "auto") else "named", "labels": labels}
-        key = tuple(shared[name] for name in catalog()["container"]["shapeKey"])
+        key = tuple(shared[name] for name in cat["container"]["shapeKey"])
         if key not in specs:
-            specs[key] = {**_shape(values, facts, resources, mounts_driver), "labels": labels}
+            specs[key] = {**_shape(values, facts, resources, mounts_driver, cat), "labels": labels}
         placed.append((rank, index, node, kind, devices, address, nic, key))
 
     _shape_names(list(specs.values()))
@@ -403,21 +406,21 @@ def make_plan(values: dict) -> Plan:
     for rank, index, node, kind, devices, address, nic, key in placed:
         shape = shapes[key]
         facts = {"host": node["name"], "node-rank": str(rank), "nic": nic, "if-ip": address,
-                 "restart": catalog()["container"]["argoArguments"]["restart"]}
+                 "restart": cat["container"]["argoArguments"]["restart"]}
         arguments = tuple((name, facts[name]) for name in shape.parameters if name in facts)
         planned.append(NodePlan(index, rank, node["name"], address, nic, kind, devices, shape, arguments))
 
     gang_plan, network = gang(values, planned), network_plan(values)
     loops = None
-    if flat_tasks(len(planned), gang_plan, network, agents) > catalog()["argoFullCrdMaxItems"]:
-        loops = node_loops(planned, list(shapes.values()), elastic_from(values))
+    if flat_tasks(len(planned), gang_plan, network, agents) > cat["argoFullCrdMaxItems"]:
+        loops = node_loops(planned, list(shapes.values()), elastic_from(values), cat)
     return Plan(
         values=values,
         nodes=planned,
         shapes=list(shapes.values()),
-        volumes=volumes(values, mounts_driver) + ([agents["volume"]] if agents else []),
-        retry=argo_retry(retry_policy(values, catalog())) if not node_recovery(values) else None,
-        node_retry=argo_retry(retry_policy(values, catalog())) if node_recovery(values) else None,
+        volumes=volumes(values, mounts_driver, cat) + ([agents["volume"]] if agents else []),
+        retry=argo_retry(retry_policy(values, cat)) if not node_recovery(values) else None,
+        node_retry=argo_retry(retry_policy(values, cat)) if node_recovery(values) else None,
         elastic_from=elastic_from(values),
         gang=gang_plan,
         watch=scheduling_watch(values, planned, gang_plan),
@@ -431,6 +434,7 @@ def make_plan(values: dict) -> Plan:
         backend_reason=reason,
         world_size=sum(node.devices for node in planned),
         agents=agents,
+        catalog=cat,
     )
 
 
@@ -442,25 +446,26 @@ def node_container(plan: Plan, node: NodePlan, restart: int = 0, run: str | None
     escaping is kept (Kubernetes undoes it). The test bed's local runner (`make smoke`)
     starts these."""
     values = plan.values
-    facts = shape_facts(job_facts(values, plan.backend, plan.master_address), node.accelerator, node.devices,
-                        node.nic, node.address, "resources" in values["nodes"][node.index])
+    cat = plan.catalog
+    facts = shape_facts(job_facts(values, plan.backend, plan.master_address, cat), node.accelerator, node.devices,
+                        node.nic, node.address, "resources" in values["nodes"][node.index], cat)
     given = {**dict(node.arguments), "restart": str(restart), "rdzv-host": str(node.rank == 0).lower()}
     facts.update({f"input:{name}": value for name, value in given.items()})
     if run is not None:
         facts["run"] = run
-    return _command(values, facts), _args(values, facts), _env(values, facts)
+    return _command(values, facts, cat), _args(values, facts, cat), _env(values, facts, cat)
 
 
 # --- job-wide parts ---------------------------------------------------------------------------
 
-def volumes(values: dict, mounts_driver: bool) -> list[dict]:
+def volumes(values: dict, mounts_driver: bool, cat: dict) -> list[dict]:
     out: list[dict] = []
     if values.get("shmSize"):
-        shm, size = catalog()["shmVolume"], quantity(values["shmSize"])
+        shm, size = cat["shmVolume"], quantity(values["shmSize"])
         out.append({"name": shm["name"], "emptyDir": {"medium": shm["medium"], "sizeLimit": size}})
     if mounts_driver:
         driver = values["ascend"]["driverPath"].rstrip("/")  # the schema's default, or the user's
-        for mount in catalog()["ascendMounts"]:
+        for mount in cat["ascendMounts"]:
             out.append({"name": mount["name"],
                         "hostPath": {"path": fill(mount["hostPath"], {"driver": driver}), "type": mount["type"]}})
     for volume in values.get("volumes") or []:

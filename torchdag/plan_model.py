@@ -105,7 +105,7 @@ class Network:
 
 @dataclass(frozen=True)
 class Helpers:
-    """The pod helpers (trainer/agents/): shipped in a ConfigMap by the Workflow, or the image's."""
+    """The pod helpers (torchdag/agents/): shipped in a ConfigMap by the Workflow, or the image's."""
 
     from_workflow: bool
     path: str  # where the containers find them

@@ -1,6 +1,6 @@
 """The tasks that bound how long a node's pod may wait for its machine (scheduling.timeout):
 every job's scheduling watch (catalogue `watch`), and under node recovery the host check beside
-each retried pod (`hostCheck`). Both run trainer/agents/gangwatch.py (scheduling.watchCommand).
+each retried pod (`hostCheck`). Both run torchdag/agents/gangwatch.py (scheduling.watchCommand).
 chart/templates/_watch.tpl is the twin."""
 
 from __future__ import annotations

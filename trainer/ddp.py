@@ -4,7 +4,7 @@ splits it: `Trainer.__init__` builds the job and loads the newest snapshot
 snapshots (`_save_snapshot`). What torchdag adds: the ranks agree on a stop signal and stop
 at the same step (trainer/preemption.py), snapshots survive a lost node (trainer/distckpt.py),
 and over gloo with an accelerator in the job (310P across servers, NPU beside CPU) the
-gradients go through CPU buckets (trainer/agents/torchdag_ddp.py, the helper users' scripts
+gradients go through CPU buckets (torchdag/agents/torchdag_ddp.py, the helper users' scripts
 import, so that both take the same path).
 """
 
@@ -19,8 +19,8 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DistributedSampler
 
+from torchdag.agents.torchdag_ddp import CpuBucketDDP, choose_exchange
 from trainer import checkpoint, distckpt
-from trainer.agents.torchdag_ddp import CpuBucketDDP, choose_exchange
 from trainer.config import (
     EXIT_FAILED,
     EXIT_OK,

@@ -1,7 +1,8 @@
 """The one place that decides the device and the process-group backend.
 
 The device kind: ``--device``, then ``TORCHDAG_DEVICE``, then auto-detection (npu when
-torch_npu imports and an NPU is present, else cuda, else cpu). The backend: ``--backend``,
+torch_npu imports and an NPU is present, else cuda, else cpu: torchdag/agents/torchdag_device.py,
+which preflight and the user helper torchdag_ddp detect with too). The backend: ``--backend``,
 then ``TORCHDAG_BACKEND``, then the device kind's native backend. Both TORCHDAG_* come from
 the rendered Workflow; the kinds, their backends and which backend runs on which kind come
 from the same catalogue (torchdag/catalog.yaml `devices` and `backends`), which the image
@@ -19,6 +20,7 @@ from pathlib import Path
 import torch
 import yaml
 
+from torchdag.agents import torchdag_device
 from trainer.errors import TrainerError
 
 CATALOG = Path(__file__).resolve().parent.parent / "torchdag" / "catalog.yaml"
@@ -54,41 +56,8 @@ class Placement:
     @property
     def mixed(self) -> bool:
         """gloo on an accelerator: DDP cannot hand NPU tensors to gloo, so
-        gradients go through CPU buckets (trainer/agents/torchdag_ddp.py)."""
+        gradients go through CPU buckets (torchdag/agents/torchdag_ddp.py)."""
         return self.backend == "gloo" and self.kind != "cpu"
-
-
-def _import_torch_npu() -> str:
-    """Import torch_npu (which registers torch.npu): "" when it imports, else why not.
-
-    Off-Ascend the wheel raises ImportError (missing libhccl.so) or, through torch's
-    autoload hook, RuntimeError; neither may take the trainer down when the node simply
-    has no NPU.
-    """
-    try:
-        import torch_npu  # noqa: F401
-    except KeyboardInterrupt:
-        raise
-    except BaseException as exc:  # noqa: BLE001 - any failure means "no NPU"
-        return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}".rstrip(": ")
-    return ""
-
-
-def usable(kind: str) -> tuple[bool, str]:
-    """Whether this node has a device of this kind, and what was found (or why not)."""
-    if kind == "cpu":
-        return True, "cpu"
-    failed = _import_torch_npu() if kind == "npu" else ""
-    module = None if failed else getattr(torch, kind, None)
-    if module is None:
-        return False, failed or f"torch.{kind} is not registered"
-    try:
-        count = int(module.device_count()) if module.is_available() else 0
-    except Exception as exc:  # noqa: BLE001 - a broken driver is "no device"
-        return False, f"torch.{kind} query failed: {type(exc).__name__}: {exc}"
-    if count < 1:
-        return False, f"torch.{kind} reports no {kind.upper()} device"
-    return True, f"{count} {kind.upper()} device(s)"
 
 
 def resolve(
@@ -107,19 +76,14 @@ def resolve(
         kind = kind.strip().lower()
         if kind not in devices:
             raise DeviceError(f"unknown device kind {kind!r} (from {source}); use one of {', '.join(devices)}")
-        ok, why = usable(kind)
+        ok, why = torchdag_device.usable(kind)
         if not ok:
             # An explicit request that cannot be met is an error, not a silent
             # fallback: a CPU rank in an hccl/nccl job would only fail later,
             # and more obscurely.
             raise DeviceError(f"device {kind!r} requested by {source} is not usable on this node: {why}")
     else:
-        ok, why = usable("npu")
-        if ok:
-            kind = "npu"
-        else:
-            note = f"npu not used ({why}); falling back to cuda/cpu"
-            kind = "cuda" if usable("cuda")[0] else "cpu"
+        kind, note = torchdag_device.detect()
 
     bk = (backend or env.get("TORCHDAG_BACKEND") or devices[kind]["backend"]).strip().lower()
     if bk not in backend_names():
@@ -130,13 +94,10 @@ def resolve(
 
     if kind == "cpu":
         return Placement(device=torch.device("cpu"), backend=bk, source=source, note=note)
-    module = getattr(torch, kind)
-    count = int(module.device_count())
+    count = int(torchdag_device.device_module(kind).device_count())
     if local_rank >= count:
         raise DeviceError(
             f"LOCAL_RANK {local_rank} but only {count} {kind} device(s) visible; "
             "lower --nproc-per-node or fix the device visibility env"
         )
-    dev = torch.device(kind, local_rank)
-    module.set_device(dev)
-    return Placement(device=dev, backend=bk, source=source, note=note)
+    return Placement(device=torchdag_device.make_current(kind, local_rank), backend=bk, source=source, note=note)

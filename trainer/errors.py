@@ -1,10 +1,10 @@
-"""The one exception root of the trainer and its pod-side agents.
+"""The one exception root of the trainer.
 
-Every error they raise on purpose is a TrainerError: the trainer's LaunchError (the
-launcher's environment, exit 2) with CheckpointError, DeviceError (a device or backend
-this node cannot use), checkpoint.Unreadable (one unusable checkpoint file), and the
-agents' Exit and ApiError (trainer/agents/kubeapi.py). Anything else is a failure whose
-traceback the rank prints.
+Every error it raises on purpose is a TrainerError: LaunchError (the launcher's
+environment, exit 2) with CheckpointError, DeviceError (a device or backend this node
+cannot use) and checkpoint.Unreadable (one unusable checkpoint file). Anything else is a
+failure whose traceback the rank prints. The pod helpers have their own root, AgentError
+(torchdag/agents/kubeapi.py): they run without the trainer.
 """
 
 

@@ -75,12 +75,12 @@ def init_process_group(backend: str, ranks: Ranks, timeout: datetime.timedelta) 
 def recorder():
     """torchdag_flight: the copy record.py already started (the Workflow's ConfigMap puts it
     on the path), else the image's; None where neither is (the helpers' ConfigMap, mounted
-    over trainer/agents/, ships it with record.py only)."""
+    over torchdag/agents/, ships it with record.py only)."""
     started = sys.modules.get("torchdag_flight")
     if started is not None:
         return started
     try:
-        from trainer.agents import torchdag_flight
+        from torchdag.agents import torchdag_flight
     except ImportError:
         return None
     return torchdag_flight

@@ -1,7 +1,7 @@
 {{/*
-torchdag/agents.py's agents_plan(): the helpers' ConfigMap, as JSON ({} when none): its task,
+torchdag/plan_agents.py's agents_plan(): the helpers' ConfigMap, as JSON ({} when none): its task,
 files, manifest lines (as printed under `manifest: |`), pod volume and mount. The files are
-chart/files/agents/ (tools/sync_chart.py copies them from trainer/agents/, byte for byte).
+chart/files/agents/ (tools/sync_chart.py copies them from torchdag/agents/, byte for byte).
 Usage: include "torchdag.agents" (dict "root" $ "catalog" $cat "values" $v "pod" $pod); facts as agents_plan's.
 */}}
 {{- define "torchdag.agents" -}}
@@ -12,7 +12,7 @@ Usage: include "torchdag.agents" (dict "root" $ "catalog" $cat "values" $v "pod"
 {{- $recording := include "torchdag.recorder" (dict "catalog" .catalog "values" $v) | fromJsonArray | empty | not -}}
 {{- $watch := false }}{{ range $v.scheduling.watchCommand }}{{ if hasPrefix (printf "%s/" (trimSuffix "/" $entry.path)) . }}{{ $watch =
       true }}{{ end }}{{ end -}}
-{{- $facts := dict "recorder" $recording "preflight" $runsPreflight "watch" $watch -}}
+{{- $facts := dict "recorder" $recording "preflight" $runsPreflight "watch" $watch "device" (or $recording $runsPreflight) -}}
 {{- $files := include "torchdag.items" (dict "items" $entry.files "facts" $facts) | fromJsonArray -}}
 {{- $out := dict -}}
 {{- if and .values.agents.fromWorkflow $files -}}
@@ -49,7 +49,7 @@ Usage: include "torchdag.agents" (dict "root" $ "catalog" $cat "values" $v "pod"
 {{/* agents_template(): its resource template. Takes the plan. */}}
 {{- define "torchdag.agentsTemplate" }}
 {{- with .agents }}
-  # The helpers the containers run (trainer/agents/), in a ConfigMap the Workflow owns: any image with python3 runs them.
+  # The helpers the containers run (torchdag/agents/), in a ConfigMap the Workflow owns: any image with python3 runs them.
   - name: {{ toJson .task }}
     resource:
       action: "apply"

@@ -41,9 +41,15 @@ The catalogue as JSON, its long strings folded over lines as YAML folds a double
       },
       {
         "if": [
-          "recorder"
+          "device"
         ],
         "value": "torchdag_ddp.py"
+      },
+      {
+        "if": [
+          "device"
+        ],
+        "value": "torchdag_device.py"
       },
       {
         "if": [
@@ -89,7 +95,7 @@ The catalogue as JSON, its long strings folded over lines as YAML folds a double
       "-m",
       "--module"
     ],
-    "path": "/opt/torchdag/trainer/agents",
+    "path": "/opt/torchdag/torchdag/agents",
     "recorder": "record.py",
     "task": "agents",
     "volume": "torchdag-agents"

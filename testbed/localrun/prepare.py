@@ -220,7 +220,7 @@ def cluster_notes(plan: Plan) -> list[str]:
         notes.append("ignored: task service (creates the run's headless Service: every pod name is 127.0.0.1 here)")
     if plan.agents:
         notes.append(f"ignored: task {plan.agents['task']} (creates the helpers' ConfigMap: "
-                     "the checkout's trainer/agents/ serve here)")
+                     "the checkout's torchdag/agents/ serve here)")
     if plan.host_check:
         notes.append("ignored: template host-check (a retried node's pod must be scheduled in time: "
                      "every host is this machine)")

@@ -77,7 +77,7 @@ def torchdag_image_maps(dockerfile: Path = DOCKERFILE) -> list[tuple[str, str]]:
 
 def holds_files(path: str) -> bool:
     """A file, or a folder with a file somewhere below: empty folders are mount points the
-    process kubelet left (/opt/torchdag/trainer/agents, for a Workflow's helpers), not the image's."""
+    process kubelet left (/opt/torchdag/torchdag/agents, for a Workflow's helpers), not the image's."""
     return os.path.isfile(path) or os.path.isdir(path) and any(files for _, _, files in os.walk(path))
 
 

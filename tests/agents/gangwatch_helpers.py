@@ -1,4 +1,4 @@
-"""A fake Kubernetes API on 127.0.0.1 and the way to run trainer/agents/gangwatch.py
+"""A fake Kubernetes API on 127.0.0.1 and the way to run torchdag/agents/gangwatch.py
 against it, for the gang-watch tests here (tests/agents/). This folder's conftest.py imports its `api`
 fixture, so the tests need no import."""
 
@@ -16,7 +16,7 @@ import pytest
 
 from trainer_helpers import REPO, clean_env
 
-GANGWATCH = REPO / "trainer" / "agents" / "gangwatch.py"
+GANGWATCH = REPO / "torchdag" / "agents" / "gangwatch.py"
 WF, NS, TOKEN = "gang-volcano-x7k2p", "training", "test-token-123"
 SELECTOR = f"workflows.argoproj.io/workflow={WF}"
 PODS_PATH = f"/api/v1/namespaces/{NS}/pods"

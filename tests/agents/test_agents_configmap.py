@@ -19,7 +19,7 @@ from testbed.kubelet.kubelet import Kubelet
 from testbed.runtime import Options
 from torchdag import pipeline
 
-AGENTS = "/opt/torchdag/trainer/agents"
+AGENTS = "/opt/torchdag/torchdag/agents"
 VALUES = """
 name: byo
 image: registry.example.com/team/ascend-pytorch:1

@@ -1,4 +1,4 @@
-"""trainer/agents/torchdag_flight.py, the recorder record.py starts in every rank (issue 41):
+"""torchdag/agents/torchdag_flight.py, the recorder record.py starts in every rank (issue 41):
 where PyTorch's flight recorder is off, its own count of the Python collectives still names the
 collective a rank waits in; a window's busy time is a step less the waiting; TORCHDAG_RECORD=0
 records nothing. (With the flight recorder, on the local cluster: tests/e2e/test_diagnose_records_e2e.py,
@@ -19,7 +19,7 @@ import pytest
 from helpers import REPO, free_port
 
 pytestmark = pytest.mark.torch
-RUNNER = REPO / "trainer" / "agents" / "record.py"
+RUNNER = REPO / "torchdag" / "agents" / "record.py"
 MANUAL = """
 import os, signal, time
 import torch
@@ -91,7 +91,7 @@ def test_without_the_flight_recorder_its_own_count_names_the_collective(tmp_path
 def test_busy_time_is_the_step_less_the_waiting(monkeypatch):
     """Three steps of 100 ms: 30 ms of work before the gradients' all-reduce is entered, its
     wait, 10 ms of optimizer step; one synchronous collective of 20 ms inside the work."""
-    sys.path.insert(0, str(REPO / "trainer" / "agents"))
+    sys.path.insert(0, str(REPO / "torchdag" / "agents"))
     import torchdag_flight
 
     recorder = torchdag_flight.Recorder({"TORCHDAG_RECORD_WINDOW": "1"})
@@ -114,7 +114,7 @@ def test_busy_time_is_the_step_less_the_waiting(monkeypatch):
 
 
 def test_recording_off():
-    sys.path.insert(0, str(REPO / "trainer" / "agents"))
+    sys.path.insert(0, str(REPO / "torchdag" / "agents"))
     import torchdag_flight
 
     env = {"TORCHDAG_RECORD": "0"}

@@ -1,4 +1,4 @@
-"""trainer/agents/gangwatch.py: the real script against a fake Kubernetes API on 127.0.0.1."""
+"""torchdag/agents/gangwatch.py: the real script against a fake Kubernetes API on 127.0.0.1."""
 
 from __future__ import annotations
 

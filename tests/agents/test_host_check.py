@@ -1,4 +1,4 @@
-"""Node recovery's host check (trainer/agents/gangwatch.py --what=retry, the `host-check`
+"""Node recovery's host check (torchdag/agents/gangwatch.py --what=retry, the `host-check`
 task beside each retried node's pod in its retry wrapper's step group): the retried pod of
 its own attempt is scheduled in time, or its host is named and the wait ends: an elastic
 member's pod is marked Failed (its attempt fails, the job goes on), a required member's job

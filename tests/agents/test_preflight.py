@@ -1,4 +1,4 @@
-"""trainer/agents/preflight.py: real sockets and interfaces on this host, only 127.0.0.1 traffic."""
+"""torchdag/agents/preflight.py: real sockets and interfaces on this host, only 127.0.0.1 traffic."""
 
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ from trainer_helpers import PREFLIGHT, REPO, clean_env, free_port
 
 sys.path.insert(0, str(REPO))
 
-from trainer.agents import preflight
-from trainer.agents.preflight import discover_nic, interfaces, nic_env, run_checks
+from torchdag.agents import preflight
+from torchdag.agents.preflight import discover_nic, interfaces, nic_env, run_checks
 
 PRINT_ARGV = "import json, os, sys; print('ARGV=' + json.dumps(sys.argv[1:])); " \
              "print('ENV=' + json.dumps({k: v for k, v in os.environ.items() if k.endswith(('IFNAME', '_IF_IP'))}))"
@@ -136,7 +136,7 @@ def test_discover_nic_for_own_address_is_its_interface():
 def test_discover_nic_without_ip_command():
     """Fallbacks: SIOCGIFADDR for addresses, a UDP connect() for the route."""
     env = clean_env(PATH="/nonexistent", PYTHONPATH=str(REPO))
-    code = ("import json, shutil; from trainer.agents import preflight; assert shutil.which('ip') is None; "
+    code = ("import json, shutil; from torchdag.agents import preflight; assert shutil.which('ip') is None; "
             "print(json.dumps([preflight.discover_nic('127.0.0.1'), preflight.interfaces().get('lo')]))")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60)
     assert r.returncode == 0, r.stderr

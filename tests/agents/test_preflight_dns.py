@@ -21,7 +21,7 @@ from trainer_helpers import PREFLIGHT, REPO, clean_env, free_port
 
 sys.path.insert(0, str(REPO))
 
-from trainer.agents import preflight
+from torchdag.agents import preflight
 
 NAME = "node-0.podnet-x7k2q.ml.svc.cluster.local"
 

@@ -1,5 +1,5 @@
 """launcher.recordErrors under `make smoke`: a script that raises on one rank, run unedited
-through trainer/agents/record.py, shows its exception and traceback in torchrun's failure
+through torchdag/agents/record.py, shows its exception and traceback in torchrun's failure
 summary (no `error_file: <N/A>`), with torchrun and torch.distributed.launch alike; a script
 that uses @record itself keeps its own record."""
 

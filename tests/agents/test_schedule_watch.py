@@ -1,4 +1,4 @@
-"""The scheduling watch of a job without a gang (trainer/agents/gangwatch.py --what=pods, the
+"""The scheduling watch of a job without a gang (torchdag/agents/gangwatch.py --what=pods, the
 `schedule-watch` task of every such job): it names the host of each unscheduled pod, and
 steps aside (exit 0) when it cannot read the API rather than fail the job."""
 

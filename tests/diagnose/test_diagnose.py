@@ -124,7 +124,7 @@ def test_waiting_ranks_without_a_silent_one_are_not_a_hang():
               "/usr/local/bin/npu-smi is not a file", "hostpath-missing"),
     ("event", "FailedMount: MountVolume.SetUp failed for volume \"data\" : hostPath type check failed: /data/set is "
               "not a directory", "hostpath-missing"),
-    ("log", "python3: can't open file '/opt/torchdag/trainer/agents/record.py': [Errno 2] No such file or directory",
+    ("log", "python3: can't open file '/opt/torchdag/torchdag/agents/record.py': [Errno 2] No such file or directory",
      "helper-missing"),
     ("log", "/usr/bin/python3: can't open file '/workspace/train.py': [Errno 2] No such file or directory",
      "script-missing"),

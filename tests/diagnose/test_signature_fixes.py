@@ -22,7 +22,7 @@ REPO = Path(__file__).resolve().parents[2]
 SCHEMA = json.loads((REPO / "schema" / "values.schema.json").read_text(encoding="utf-8"))
 GOLDEN = "\n".join(p.read_text(encoding="utf-8") for p in sorted((REPO / "tests" / "golden").glob("*/*.yaml")))
 DOCS = "\n".join(p.read_text(encoding="utf-8") for p in sorted((REPO / "docs").glob("*.md")))
-AGENTS_PATH = "/opt/torchdag/trainer/agents"  # catalog agents.path: trainer/agents/ in this tree
+AGENTS_PATH = "/opt/torchdag/torchdag/agents"  # catalog agents.path: torchdag/agents/ in this tree
 # Tools of the host or the cluster a fix may tell the user to run: not ours, so not checked here.
 HOST_TOOLS = {"kubectl": "Kubernetes' CLI", "ss": "iproute2", "ip": "iproute2", "dmesg": "util-linux",
               "ls": "coreutils", "ps": "procps", "py-spy": "py-spy", "npu-smi": "Ascend's driver"}
@@ -70,7 +70,7 @@ def schema_field(path: str) -> bool:
 
 def tree_file(name: str) -> bool:
     if name.startswith(AGENTS_PATH):
-        return (REPO / "trainer" / "agents" / name[len(AGENTS_PATH):].strip("/")).exists()
+        return (REPO / "torchdag" / "agents" / name[len(AGENTS_PATH):].strip("/")).exists()
     name = name.rstrip("/")
     return (REPO / name).exists() or (REPO / "docs" / name).exists() or any(REPO.glob(f"*/**/{name}")) \
         if "/" not in name else (REPO / name).exists()

@@ -6,7 +6,7 @@ a timestamp per line, as the API serves logs with timestamps=true.
     .venv/bin/python tests/diagnose_logs/record.py raise|kill|stop|port|nic [--port P]
 
 The user-* faults run a user's own script (tests/third_party/faulty_user.py) under the
-Workflow's runner (trainer/agents/record.py, which records every rank's collectives), as
+Workflow's runner (torchdag/agents/record.py, which records every rank's collectives), as
 `nodes` torchrun "nodes" of `nproc` processes: user-raise (rank 1 raises; 2 x 2), user-raise4
 (4 x 1), user-stop (rank 3 SIGSTOPs itself; kept past the process group's timeout), user-loop
 (rank 2 spins in Python), user-slow (node 1's processes under a CPU quota of 100m, through
@@ -30,7 +30,7 @@ HERE = Path(__file__).resolve().parent
 FAULTS = HERE / "diagnose_faults.py"
 REPO = HERE.parents[1]
 USER = HERE.parent / "third_party" / "faulty_user.py"
-RUNNER = REPO / "trainer" / "agents" / "record.py"
+RUNNER = REPO / "torchdag" / "agents" / "record.py"
 # fault: (nodes, processes per node, env, seconds kept, the node throttled)
 USER_FAULTS = {
     "user-raise": (2, 2, {"FAULT": "raise", "FAULT_RANK": "1", "FAULT_STEP": "30"}, 40, None),

@@ -18,7 +18,7 @@ from e2e_helpers import started_processes
 
 # long: `make test-long` runs it (minutes of cluster jobs), outside make test's 25 minutes
 pytestmark = [pytest.mark.go, pytest.mark.torch, pytest.mark.e2e, pytest.mark.long]
-AGENTS = "/opt/torchdag/trainer/agents"
+AGENTS = "/opt/torchdag/torchdag/agents"
 USER_SCRIPT = """
 import os
 import torch

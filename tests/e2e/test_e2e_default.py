@@ -21,7 +21,7 @@ from e2e_helpers import started_processes
 from helpers import EXAMPLE, REPO, free_port
 
 pytestmark = [pytest.mark.go, pytest.mark.torch, pytest.mark.e2e]
-AGENTS = "/opt/torchdag/trainer/agents"
+AGENTS = "/opt/torchdag/torchdag/agents"
 ORIGINAL_STYLE = Path(__file__).resolve().parents[1] / "third_party" / "original_style.py"
 
 

@@ -129,7 +129,8 @@ def test_kubelet_under_argo_starts_what_smoke_starts(example, request, tmp_path)
         # The helpers come from the Workflow's ConfigMap, mounted over their folder in the pod; smoke,
         # which has no pods, runs the checkout's: the same files
         agents = catalog()["agents"]["path"]
-        assert entry["argv"] == [word.replace(str(REPO / "trainer" / "agents"), agents) for word in expected.argv], task
+        checkout = str(REPO / "torchdag" / "agents")
+        assert entry["argv"] == [word.replace(checkout, agents) for word in expected.argv], task
         pod_only = ("ARGO_", "KUBERNETES_")
         assert [tuple(kv) for kv in entry["env"] if not kv[0].startswith(pod_only)] == expected.env, task
         assert (entry["cwd"], entry["device"]) == (expected.cwd, expected.device)

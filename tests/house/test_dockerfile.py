@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from helpers import REPO
+from torchdag.catalog import catalog
 
 DOCKERFILE = REPO / "Dockerfile"
 DEFAULT_BASE = "swr.cn-south-1.myhuaweicloud.com/ascendhub/ascend-pytorch:24.0.RC2-A2-2.1.0-ubuntu20.04"
@@ -64,6 +65,9 @@ def test_trainer_copied_to_opt_torchdag_and_runs_non_root():
     assert ("COPY", "trainer/ /opt/torchdag/trainer/") in ins
     # trainer/device.py's catalogue, at the path it has in a checkout (beside trainer/)
     assert ("COPY", "torchdag/catalog.yaml /opt/torchdag/torchdag/catalog.yaml") in ins
+    # the pod helpers where the catalogue runs them from, and the package the trainer imports them as
+    assert ("COPY", f"torchdag/agents/ {catalog()['agents']['path']}/") in ins
+    assert ("COPY", "torchdag/__init__.py /opt/torchdag/torchdag/__init__.py") in ins
     users = [rest for word, rest in ins if word == "USER"]
     assert users[-1] not in ("root", "0", "0:0")
     env = " ".join(rest for word, rest in ins if word == "ENV")

@@ -100,7 +100,7 @@ def test_the_schema_defaults_a_node_to_the_catalogues_default_accelerator():
 
 
 def test_the_pod_helpers_copies_are_the_catalogues():
-    from trainer.agents import gangpods
+    from torchdag.agents import gangpods
 
     assert gangpods.RANK_LABEL == at("labels.nodeRank")
     pod = {"spec": {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {

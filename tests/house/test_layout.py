@@ -61,14 +61,18 @@ def lines_of(path) -> list[str]:
 # `torchdag plan --json`.
 # torchdag +50 (issue 42, second part): no module over 500 lines, each split one's docstring and imports.
 # torchdag +60 (issue 42): the job's pod-level fields in the typed Plan, so the printer reads no raw values.
-FOLDER_BUDGETS = {"torchdag": 6160, "testbed": 5200, "trainer": 3700}
+# Issue 42, third part: the pod helpers (trainer's 2,064 lines) are torchdag/agents/, the runtime the
+# Workflow ships, with a budget of their own (+ the one device detection, torchdag_device.py, that
+# preflight, torchdag_ddp and the trainer share: trainer/device.py lost its copy).
+FOLDER_BUDGETS = {"torchdag": 6160, "torchdag/agents": 2200, "testbed": 5200, "trainer": 1600}
 MODULE_LIMIT = 500  # issue 42: plan.py, yamlread.py, diagnose/core.py and bench_cluster.py split by subject
 
 
 def test_each_folder_stays_within_its_budget():
     over = {}
     for folder, budget in FOLDER_BUDGETS.items():
-        lines = sum(len(lines_of(path)) for path in tracked(f"{folder}/*.py"))
+        inner = tuple(f"{other}/" for other in FOLDER_BUDGETS if other.startswith(f"{folder}/"))  # their own
+        lines = sum(len(lines_of(path)) for path in tracked(f"{folder}/*.py") if not path.startswith(inner))
         if lines > budget:
             over[folder] = f"{lines} > {budget}"
     assert not over, f"over budget (lines of Python): {over}"
@@ -120,8 +124,9 @@ def test_every_fact_the_container_lists_name_is_computed_by_the_plan():
               "preflight": {"timeout": 1}, "timeouts": dict.fromkeys(("rendezvous", "processGroup", "hcclConnect")),
               "failurePolicy": {"maxRestarts": 0, "recovery": "node"}, "elastic": {"minNodes": 0, "rejoinSeconds": 1},
               "ascend": {"whitelistDisable": False}}
-    facts = plan.shape_facts(plan.job_facts(values, "gloo", "a"), "cpu", 1, "", "a", False)
-    container = catalog.catalog()["container"]
+    cat = catalog.catalog()
+    facts = plan.shape_facts(plan.job_facts(values, "gloo", "a", cat), "cpu", 1, "", "a", False, cat)
+    container = cat["container"]
     lists = [container[key] for key in ("shapeSuffixes", "parameters", "preflightArgs", "launcherArgs", "env")]
     lists += list(container["launchers"].values())
     for entries in lists:

@@ -27,7 +27,7 @@ from torchdag import pipeline
 
 pytestmark = [pytest.mark.go, pytest.mark.netns]
 BIN = REPO / ".tools" / "bin"
-PREFLIGHT = REPO / "trainer" / "agents" / "preflight.py"
+PREFLIGHT = REPO / "torchdag" / "agents" / "preflight.py"
 PORT = 29500
 LISTEN = ("import socket, sys, time\n"
           "s = socket.create_server((sys.argv[1], int(sys.argv[2]))); s.settimeout(0.5); end = time.time() + 90\n"

@@ -16,7 +16,7 @@ from helpers import REPO
 from torchdag.catalog import catalog
 
 AGENTS = catalog()["agents"]["path"]
-AGENT_SOURCES = REPO / "trainer" / "agents"
+AGENT_SOURCES = REPO / "torchdag" / "agents"
 ROLE = catalog()["labels"]["role"]
 LIMIT = catalog()["argoFullCrdMaxItems"]
 REFUSALS = {  # rule -> (the field it names, words of its message)

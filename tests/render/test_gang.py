@@ -74,7 +74,7 @@ def test_every_training_pod_joins_the_one_gang_of_n(kind):
     podgroup = {"volcano": ["--podgroup=scheduling.volcano.sh/v1beta1/podgroups/{{workflow.name}}"],
                 "coscheduling": ["--podgroup=scheduling.x-k8s.io/v1alpha1/podgroups/{{workflow.name}}"],
                 "kueue": ["--podgroup=kueue.x-k8s.io/v1beta2/workloads/{{workflow.name}}"]}
-    assert watch["container"]["command"] == ["python3", "/opt/torchdag/trainer/agents/gangwatch.py",
+    assert watch["container"]["command"] == ["python3", "/opt/torchdag/torchdag/agents/gangwatch.py",
                                              "--workflow={{workflow.name}}",
                                              "--namespace={{workflow.namespace}}", f"--pods={n}", "--timeout=900",
                                              *podgroup.get(kind, [])]

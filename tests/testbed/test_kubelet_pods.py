@@ -272,7 +272,7 @@ def test_sandbox_binds_and_wrap(tmp_path):
 
 
 def test_mount_points_made_here_are_removed_when_the_kubelet_stops(tmp_path, monkeypatch, mounts_allowed):
-    """A Workflow mounts its helpers at /opt/torchdag/trainer/agents: the kubelet makes that
+    """A Workflow mounts its helpers at /opt/torchdag/torchdag/agents: the kubelet makes that
     folder on this machine for the bind, and must not leave it behind (a later run would
     take the empty folder for the image's own)."""
     creatable = tmp_path / "opt"
@@ -280,7 +280,7 @@ def test_mount_points_made_here_are_removed_when_the_kubelet_stops(tmp_path, mon
     (creatable / "kept").mkdir()  # already there: never removed
     monkeypatch.setattr(sandbox, "CREATABLE", (str(creatable) + "/",))
     monkeypatch.setattr(sandbox, "HOST_STATE", tmp_path / "host")  # no other kubelet's pods
-    target = creatable / "torchdag" / "trainer" / "agents"
+    target = creatable / "torchdag" / "torchdag" / "agents"
     kubelet, api = make_kubelet(tmp_path / "state")
     mounted = pod(sh("main", f"test -d {target} && echo seen > {target}/../../seen-inside"),
                   volumes=[{"name": "helpers", "emptyDir": {}}])

@@ -100,7 +100,7 @@ def test_run_as_user_and_groups_reach_the_process(tmp_path, as_root):
 
 def test_preflight_names_a_device_file_it_cannot_open(tmp_path, device_file):
     """preflight's one line for -8005's cause, from a process with the kubelet's dropped capabilities."""
-    code = (f"import sys; sys.path.insert(0, {str(REPO)!r}); from trainer.agents import preflight; "
+    code = (f"import sys; sys.path.insert(0, {str(REPO)!r}); from torchdag.agents import preflight; "
             f"print(preflight.check_device_access([{str(device_file)!r}]))")
     words = setpriv_words({}, {"capabilities": {"drop": ["ALL"]}})
     out = subprocess.run(words + [sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout

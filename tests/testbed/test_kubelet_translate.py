@@ -75,7 +75,7 @@ def test_same_process_as_make_smoke(plan, task):
     def as_pod_has_it(word: str) -> str:
         if not can_mount():
             return word
-        word = word.replace(str(REPO / "trainer" / "agents"), agents)
+        word = word.replace(str(REPO / "torchdag" / "agents"), agents)
         for src, dst in options.maps:
             for prefix in (f"{dst}/", f"={dst}/"):
                 at = word.find(prefix)

@@ -136,7 +136,7 @@ def test_cpu_flag_mapping_of_the_mixed_example():
     assert dict(npu.env)["TORCHDAG_DEVICE"] == dict(gpu.env)["TORCHDAG_DEVICE"] == "cpu"
     assert dict(gpu.env)["NCCL_SOCKET_IFNAME"] == "=lo"
     # nic: auto goes to the preflight, which resolves it here (to lo, the route to 127.0.0.1).
-    assert cpu.argv[:2] == ["python3", f"{REPO}/trainer/agents/preflight.py"]
+    assert cpu.argv[:2] == ["python3", f"{REPO}/torchdag/agents/preflight.py"]
     assert "--nic=auto" in cpu.argv and "--master-addr=127.0.0.1" in cpu.argv
     assert "--master_addr=127.0.0.1" in cpu.argv
 

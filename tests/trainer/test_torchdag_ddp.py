@@ -4,7 +4,7 @@ The device is tests/trainer/standin/torch_standin: a PyTorch PrivateUse1 backend
 is, that computes on host memory through the CPU's kernels; gloo gives its tensors the error
 users get for NPU tensors ("No backend type associated with device type ..."), from the same
 c10d code. Every job here is real torchrun processes on 127.0.0.1 that run the user's script
-through trainer/agents/record.py, as the Workflow's launcher does (the runner puts
+through torchdag/agents/record.py, as the Workflow's launcher does (the runner puts
 torchdag_ddp on sys.path); TORCHDAG_DEVICE=standin selects the device as =npu selects an NPU.
 The script is device_checks/torchdag_ddp_check.py: a BatchNorm model, every rank starting from
 other weights, gradient accumulation under no_sync(), an evaluation forward now and then.
@@ -30,7 +30,7 @@ from trainer_helpers import JOB_TIMEOUT, clean_env, output, reap, start, wait_al
 pytestmark = [pytest.mark.torch, pytest.mark.xdist_group("torchdag_ddp")]  # one worker shares the references
 
 STANDIN = REPO / "tests" / "trainer" / "standin"
-AGENTS = REPO / "trainer" / "agents"
+AGENTS = REPO / "torchdag" / "agents"
 RECORD = AGENTS / "record.py"
 HELPER = AGENTS / "torchdag_ddp.py"
 CHECK = REPO / "device_checks" / "torchdag_ddp_check.py"
@@ -190,7 +190,7 @@ def test_under_any_backend_but_gloo_ddp_is_torchs_own(tmp_path, standin_env):
     ({"TORCHDAG_RESTART": "", "TORCHELASTIC_RESTART_COUNT": "3"}, 3),  # launcher.maxRestarts, in place
 ])
 def test_restart_says_whether_to_resume_under_either_recovery(monkeypatch, env, attempt):
-    from trainer.agents import torchdag_ddp
+    from torchdag.agents import torchdag_ddp
 
     for name in ("TORCHDAG_RESTART", "TORCHELASTIC_RESTART_COUNT"):
         monkeypatch.delenv(name, raising=False)

@@ -9,7 +9,7 @@ keeps the best clock its record has: a log line's time (sub-second, as the kubel
 recorded it), else the torchelastic error file's timestamp (torchrun's Root Cause block,
 to the second), else the pod's terminated or event time (to the second); a whole second
 stands for its middle when it meets a sub-second time (_when). A hang comes from the ranks' own records
-(trainer/agents/torchdag_flight.py, read by records.py): the collective they wait in and
+(torchdag/agents/torchdag_flight.py, read by records.py): the collective they wait in and
 the rank that never entered it; without records, a rank that went silent while the others
 printed that they wait.
 """

@@ -1,4 +1,4 @@
-"""What the ranks' recorders said in their logs (trainer/agents/torchdag_flight.py): which
+"""What the ranks' recorders said in their logs (torchdag/agents/torchdag_flight.py): which
 collective each rank waits in, which rank is stuck outside every collective and where, and
 which rank's steps are slow. Pure functions over the pods' views, as core.py's.
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Bounded wait for a gang: stop the Workflow if its training pods are not all placed in time.
 
-    python3 trainer/agents/gangwatch.py --workflow=NAME --namespace=NS --pods=N --timeout=SECONDS
+    python3 torchdag/agents/gangwatch.py --workflow=NAME --namespace=NS --pods=N --timeout=SECONDS
 
 With `scheduling.gang` set, the rendered Workflow runs this as the task `gang-watch`,
 beside the training tasks (without a gang, `schedule-watch`: --what=pods).  It polls the
@@ -32,10 +32,10 @@ import sys
 import time
 import urllib.parse
 
-if __package__:  # imported as trainer.agents.gangwatch
+if __package__:  # imported as torchdag.agents.gangwatch
     from .gangpods import RANK_LABEL, WORKFLOW_LABEL, Observation, ranges
     from .kubeapi import PREFIX, Api, ApiError, Exit, default_api_server, say, write_termination_log
-else:  # run by path, its siblings beside it: the image's trainer/agents/ or the Workflow's ConfigMap
+else:  # run by path, its siblings beside it: the image's torchdag/agents/ or the Workflow's ConfigMap
     from gangpods import RANK_LABEL, WORKFLOW_LABEL, Observation, ranges
     from kubeapi import PREFIX, Api, ApiError, Exit, default_api_server, say, write_termination_log
 
@@ -346,7 +346,7 @@ def podgroup_path(text: str) -> str:
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="trainer/agents/gangwatch.py", allow_abbrev=False,
+        prog="torchdag/agents/gangwatch.py", allow_abbrev=False,
         formatter_class=argparse.RawDescriptionHelpFormatter,
         description=(
             "Bounded wait for a gang-scheduled torchdag Workflow (its `gang-watch` task).\n\n"

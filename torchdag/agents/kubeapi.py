@@ -1,4 +1,4 @@
-"""A small in-cluster Kubernetes API client for trainer/agents/gangwatch.py: standard library
+"""A small in-cluster Kubernetes API client for torchdag/agents/gangwatch.py: standard library
 only (urllib, ssl, json), so it runs in the training image without a Kubernetes client.
 Errors are one line: ApiError for a call that failed, Exit for a reason to stop."""
 
@@ -12,19 +12,17 @@ import urllib.error
 import urllib.parse
 import urllib.request
 
-try:  # the trainer's one exception root, where trainer/ is there (torchdag's image)
-    from trainer.errors import TrainerError
-except ImportError:  # delivered alone, by the Workflow's ConfigMap
 
-    class TrainerError(Exception):  # type: ignore[no-redef]
-        """The root of the agents' own errors."""
+class AgentError(Exception):
+    """The root of the helpers' own errors (they run without the trainer: torchdag/agents/)."""
+
 
 PREFIX = "[gang-watch]"
 REQUEST_TIMEOUT = 10.0
 TERMINATION_LOG_LIMIT = 4000  # Kubernetes keeps at most 4096 bytes of a termination message
 
 
-class Exit(TrainerError):
+class Exit(AgentError):
     """Stop with this status; message (if any) is printed, and written as the
     termination message when the status is not 0."""
 
@@ -36,7 +34,7 @@ class Exit(TrainerError):
         self.terminate_note = terminate_note
 
 
-class ApiError(TrainerError):
+class ApiError(AgentError):
     """An API call that did not succeed.  status is None when there was no HTTP answer."""
 
     def __init__(self, method: str, path: str, status: int | None, detail: str):

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Runs a training script as `__main__` under torchelastic's error recording, unedited.
 
-    torchrun [launcher flags] /opt/torchdag/trainer/agents/record.py SCRIPT [ARG...]
+    torchrun [launcher flags] /opt/torchdag/torchdag/agents/record.py SCRIPT [ARG...]
 
 torchrun's failure summary shows a child's exception and traceback only when the child
 writes its error file, which `torch.distributed.elastic.multiprocessing.errors.record`

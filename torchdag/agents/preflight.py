@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Per-node checks before torchrun, and NIC auto-discovery.
 
-    python3 trainer/agents/preflight.py --master-addr ADDR --master-port PORT --node-rank R \
+    python3 torchdag/agents/preflight.py --master-addr ADDR --master-port PORT --node-rank R \
         --nproc-per-node N [--nnodes M] [--nic NAME|auto] [--device npu|cuda|cpu] \
         [--timeout SECONDS] [--wait-for-name] [--exec CMD [ARG...]]
 
@@ -19,17 +19,20 @@ import argparse
 import dataclasses
 import errno
 import fcntl
-import glob
 import ipaddress
 import json
 import os
-import re
 import shutil
 import socket
 import struct
 import subprocess
 import sys
 import time
+
+if __package__:  # imported as torchdag.agents.preflight
+    from .torchdag_device import device_files, kind_from_files, visible_devices
+else:  # run by path, torchdag_device.py beside it: the image's torchdag/agents/ or the Workflow's ConfigMap
+    from torchdag_device import device_files, kind_from_files, visible_devices
 
 OK, WARNING, ERROR = "ok", "warning", "error"
 NPU_CONTROL_FILES = ["/dev/davinci_manager", "/dev/devmm_svm", "/dev/hisi_hdc"]  # beside /dev/davinciN
@@ -228,22 +231,6 @@ def check_port_free(port: int) -> Finding:
     return Finding(OK, f"master port {port} is free")
 
 
-def _visible(env_name: str, count: int) -> int:
-    raw = os.environ.get(env_name)
-    return count if raw is None else min(count, len([x for x in raw.split(",") if x.strip()]))
-
-
-def visible_devices(kind: str) -> int:
-    """Device nodes mounted into this container, limited by the visibility variables -- no torch import."""
-    if kind == "npu":
-        n = len([p for p in glob.glob("/dev/davinci*") if re.fullmatch(r"/dev/davinci\d+", p)])
-        return _visible("ASCEND_RT_VISIBLE_DEVICES", n)
-    if kind == "cuda":
-        n = len([p for p in glob.glob("/dev/nvidia*") if re.fullmatch(r"/dev/nvidia\d+", p)])
-        return _visible("CUDA_VISIBLE_DEVICES", n)
-    return os.cpu_count() or 1
-
-
 def check_device_access(paths: list[str]) -> Finding | None:
     """A device file there but not ours to open (root, capabilities dropped, not in the device group:
     Project-HAMi/ascend-device-plugin#139). access(2), as an open may claim the device."""
@@ -259,7 +246,7 @@ def check_device_access(paths: list[str]) -> Finding | None:
 def check_devices(kind: str, nproc: int) -> Finding:
     if kind == "cpu":
         return Finding(OK, f"device cpu: {nproc} process(es) need no accelerator")
-    if kind == "npu" and (blocked := check_device_access(sorted(glob.glob("/dev/davinci[0-9]*")) + NPU_CONTROL_FILES)):
+    if kind == "npu" and (blocked := check_device_access(device_files("npu") + NPU_CONTROL_FILES)):
         return blocked
     n = visible_devices(kind)
     if n < nproc:
@@ -311,21 +298,15 @@ def run_checks(master_addr: str, master_port: int, node_rank: int, nproc_per_nod
 
 
 def detect_device() -> str:
-    env = os.environ.get("TORCHDAG_DEVICE")
-    if env:
-        return env
-    if glob.glob("/dev/davinci[0-9]*"):
-        return "npu"
-    if glob.glob("/dev/nvidia[0-9]*"):
-        return "cuda"
-    return "cpu"
+    """TORCHDAG_DEVICE, else what the device files say, without torch (torchdag_device.py)."""
+    return kind_from_files()
 
 
 # ----------------------------------------------------------------------- CLI
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="trainer/agents/preflight.py", allow_abbrev=False,
+        prog="torchdag/agents/preflight.py", allow_abbrev=False,
         description="Per-node checks before torchrun; optional NIC discovery and exec.",
         epilog="Exit status: 0 no error found (or, with --exec, the command's own), 1 an error was found (the "
         "command is not run), 2 usage, 127 the command could not be started.")

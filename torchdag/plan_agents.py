@@ -1,4 +1,4 @@
-"""The helpers the containers run (trainer/agents/), delivered by the Workflow itself.
+"""The helpers the containers run (torchdag/agents/), delivered by the Workflow itself.
 
 With `agents.fromWorkflow` (the default) a resource task creates a ConfigMap that holds the
 files the job's containers run (catalog `agents.files`), owned by the Workflow (deleted with
@@ -26,7 +26,9 @@ def agents_plan(values: dict, facts: dict) -> dict | None:
     """The ConfigMap task's manifest (lines as printed), the pod volume and the mount; None when
     the image brings the helpers or the containers run none. facts: recorder, preflight, watch."""
     entry = catalog()["agents"]
-    files = items(entry["files"], facts)
+    # device: the training container mounts the folder over the image's, whose trainer imports
+    # torchdag_ddp and torchdag_device from it
+    files = items(entry["files"], {**facts, "device": facts["recorder"] or facts["preflight"]})
     if not values["agents"]["fromWorkflow"] or not files:
         return None
     lines = items(entry["manifest"], {"name": quote(entry["configMap"])})

@@ -27,12 +27,16 @@ from __future__ import annotations
 
 import contextlib
 import datetime
-import importlib
 import os
 import time
 
 import torch
 import torch.distributed as dist
+
+if __package__:  # imported as torchdag.agents.torchdag_ddp (torchdag's trainer)
+    from . import torchdag_device
+else:  # beside the runner (record.py puts this folder on the path), or the script
+    import torchdag_device
 
 _init_process_group = dist.init_process_group
 GLOO_DEVICES = ("cpu", "cuda")  # the tensors a gloo process group takes
@@ -40,15 +44,8 @@ GLOO_DEVICES = ("cpu", "cuda")  # the tensors a gloo process group takes
 
 def device_of(kind: str, local_rank: int) -> torch.device:
     """The device `kind`:`local_rank`, made current. A kind torch does not know is registered
-    by its package, torch_<kind> (torch_npu for npu), as torch.<kind>."""
-    if kind == "cpu":
-        return torch.device("cpu")
-    module = getattr(torch, kind, None)
-    if module is None:
-        importlib.import_module(f"torch_{kind}")
-        module = getattr(torch, kind)
-    module.set_device(local_rank)
-    return torch.device(kind, local_rank)
+    by its package, torch_<kind> (torch_npu for npu), as torch.<kind> (torchdag_device.py)."""
+    return torchdag_device.make_current(kind, local_rank)
 
 
 def device() -> torch.device:
