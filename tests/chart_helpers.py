@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import json
 import re
 import subprocess
 from pathlib import Path
@@ -45,6 +46,24 @@ def chart_workflow(helm: str, values: Path | str, *extra: str) -> dict:
     result = helm_template(helm, values, *extra)
     assert result.returncode == 0, f"helm template failed for {values}:\n{result.stderr}"
     return argo_document(result.stdout)
+
+
+# The chart's debug template (chart/templates/plan.yaml): printed only for this API version.
+PLAN_API_VERSION = "torchdag.io/plan"
+PLAN_TEMPLATE = "templates/plan.yaml"
+
+
+def chart_plan(helm: str, values: Path | str) -> subprocess.CompletedProcess:
+    """`helm template ... --api-versions torchdag.io/plan --show-only templates/plan.yaml`: the
+    chart's typed Plan, the twin of `torchdag plan FILE --json` (read it with plan_json)."""
+    return helm_template(helm, values, "--api-versions", PLAN_API_VERSION, "--show-only", PLAN_TEMPLATE)
+
+
+def plan_json(stdout: str) -> dict:
+    """The JSON object helm prints after its `---` and `# Source:` lines."""
+    head, source, body = stdout.split("\n", 2)
+    assert (head, source) == ("---", f"# Source: torchdag/{PLAN_TEMPLATE}"), stdout[:200]
+    return json.loads(body)
 
 
 def render_py_workflow(values: Path | str) -> dict:

@@ -1,7 +1,7 @@
 """The pod network (network.mode: pod): one headless Service per run selecting its node pods
 by a per-run label, each pod named node-<rank> in its subdomain, so rank 0 is
 node-0.<run>.<namespace>.svc.<clusterDomain>. On the host network (the default) none of this
-is printed. chart/templates/_plan.tpl computes the same from the same catalogue entry."""
+is printed. chart/templates/_network.tpl is its twin, from the same catalogue entry."""
 
 from __future__ import annotations
 

@@ -12,12 +12,10 @@ names. Usage: include "torchdag.plan" (dict "root" $ "plan" $plan)
 {{- $plan := .plan -}}
 {{- $nodes := $v.nodes -}}
 {{- $container := $cat.container -}}
-{{- $restarts := int64 $v.failurePolicy.maxRestarts -}}
 {{- $masterIndex := 0 -}}
 {{- range $index, $node := $nodes }}{{ if $node.master }}{{ $masterIndex = $index }}{{ break }}{{ end }}{{ end -}}
 {{- $master := index $nodes $masterIndex -}}
-{{- /* network.is_pod: network.mode, else the older hostNetwork */ -}}
-{{- $pod := or (eq $v.network.mode "pod") (and (not $v.network.mode) (not $v.hostNetwork)) -}}
+{{- $pod := include "torchdag.isPod" $v | eq "true" -}}
 
 {{- /* plan.resolve_backend (rule backend-auto) */ -}}
 {{- $backend := $v.backend -}}
@@ -43,7 +41,7 @@ names. Usage: include "torchdag.plan" (dict "root" $ "plan" $plan)
 {{- $_ := set $job $fact (ternary "" (printf "%d" (int64 $seconds)) (empty $seconds)) -}}
 {{- end -}}
 {{- $_ := set $job "hcclExecTimeout" (ternary "" (include "torchdag.hcclExecTimeout" (dict "catalog" $cat "seconds" $pg)) (empty $pg)) -}}
-{{- $_ := set $job "restarts" (gt $restarts 0) -}}
+{{- $_ := set $job "restarts" (gt (int64 $v.failurePolicy.maxRestarts) 0) -}}
 {{- include "torchdag.recoveryFacts" (dict "plan" $plan "job" $job "values" $v "catalog" $cat) }}{{ $nodeRecovery := $plan.nodeRecovery }}{{ $elasticFrom :=
       $plan.elasticFrom -}}
 {{- $_ := set $job "whitelistDisable" $v.ascend.whitelistDisable -}}
@@ -124,7 +122,7 @@ names. Usage: include "torchdag.plan" (dict "root" $ "plan" $plan)
 {{- range $field, $value := dict "accelerator" $kind "device" $entry.device "devices" $devices "command" $command "args" (replace "$" "$$" (toJson $args) |
       fromJsonArray) "env" $env "fieldEnv" (include "torchdag.items" (dict "items" $container.fieldEnv "facts" $facts) | fromJsonArray) "resources" $resources
       "setEnv" $setEnv "podSecurity" (include "torchdag.ascendPodSecurity" (dict "values" $v "ascend" $entry.ascend) | fromJsonArray) "labels" ($node.labels |
-      default dict) }}{{ $_ := set $shape $field $value }}{{ end -}}
+      default dict) "ifIp" $hasIfIp }}{{ $_ := set $shape $field $value }}{{ end -}}
 {{- $_ := set $shapeByKey $key $shape -}}
 {{- $shapes = append $shapes $shape -}}
 {{- end -}}
@@ -133,8 +131,8 @@ names. Usage: include "torchdag.plan" (dict "root" $ "plan" $plan)
 {{- $given := dict "host" $node.name "node-rank" (toString $rank) "nic" $nic "if-ip" $address "restart" $container.argoArguments.restart -}}
 {{- $arguments := list -}}
 {{- range $shape.parameters }}{{ if hasKey $given . }}{{ $arguments = append $arguments (list . (index $given .)) }}{{ end }}{{ end -}}
-{{- $_ := set $planned (printf "%08d" $rank) (dict "task" (printf $nodeName $rank) "rank" $rank "name" $node.name "address" $address "nic" $nic "accelerator"
-      $kind "devices" $devices "shape" $shape "arguments" $arguments) -}}
+{{- $_ := set $planned (printf "%08d" $rank) (dict "task" (printf $nodeName $rank) "rank" $rank "index" $index "name" $node.name "address" $address "nic"
+      $nic "accelerator" $kind "devices" $devices "shape" $shape "arguments" $arguments) -}}
 {{- $worldSize = add $worldSize $devices -}}
 {{- $rank = add1 $rank -}}
 {{- end -}}
@@ -169,26 +167,16 @@ names. Usage: include "torchdag.plan" (dict "root" $ "plan" $plan)
 {{- end -}}
 
 {{- with $agents }}{{ $volumes = append $volumes .volume }}{{ end -}}
-{{- /* plan.retry_strategy: whole-job restarts */ -}}
-{{- if $restarts }}{{ $_ := set $plan (ternary "nodeRetry" "retry" $nodeRecovery) (dict "limit" (toString $restarts) "retryPolicy"
-      $cat.restartStrategy.retryPolicy "backoff" (dict "duration" (printf "%ds" (int64 $v.failurePolicy.backoffSeconds)) "factor" (printf "%d" (int64
-      $cat.restartStrategy.factor)))) }}{{ end -}}
-{{- if and $restarts (not $v.timeouts.workflowDeadline) }}{{ $_ := set (ternary $plan.nodeRetry $plan.retry $nodeRecovery).backoff "cap" (printf "%ds" (max
-      (int64 $cat.restartBackoffCapSeconds) (int64 $v.failurePolicy.backoffSeconds))) }}{{ end -}}
+{{- /* restarts as numbers (plan_model.retry_policy), then as Argo's strings (recovery.argo_retry) */ -}}
+{{- with include "torchdag.retryPolicy" (dict "values" $v "catalog" $cat) | fromJson }}{{ $_ := set $plan "retryPolicy" . }}{{ $_ := set $plan (ternary
+      "nodeRetry" "retry" $nodeRecovery) (include "torchdag.argoRetry" . | fromJson) }}{{ end -}}
 {{- include "torchdag.gang" (dict "plan" $plan "values" $v "catalog" $cat "nodes" $planned) -}}
 {{- include "torchdag.watch" (dict "plan" $plan "values" $v "nodes" $planned "catalog" $cat) -}}
 {{- /* Plan.scheduler_name: scheduling.schedulerName with or without a gang (a gang's default otherwise) */ -}}
 {{- $_ := set $plan "schedulerName" (ternary ($plan.gang | default dict).schedulerName $v.scheduling.schedulerName (not (empty $plan.gang))) -}}
 
-{{- /* network.network_plan and node_depends: the run's Service, what each node pod adds, what node tasks wait for */ -}}
-{{- $net := $cat.network -}}
-{{- $facts := dict "run" $net.run "runLabel" $net.runLabel "jobLabel" $cat.labels.job "port" (printf "%d" (int64 $v.port)) "job" (toJson $v.name) "hostname"
-      (include "torchdag.fill" (dict "text" $cat.nodeName "fields" (dict "rank" (index $inputs "node-rank")))) -}}
-{{- if $pod }}{{ $_ := set $plan "network" (dict "run" $net.run "task" $net.task "label" (list $net.runLabel $net.run) "patch" (include "torchdag.items" (dict
-      "items" $net.podSpecPatch "facts" $facts) | fromJsonArray) "manifest" (include "torchdag.items" (dict "items" $net.service "facts" $facts) |
-      fromJsonArray)) }}{{ end -}}
-{{- $_ := set $plan "depends" (join " && " (compact (list (ternary $cat.gangTask "" (and $plan.gang $plan.gang.manifest | not | not)) (ternary $net.task ""
-      $pod) (ternary $cat.agents.task "" (not (empty $agents)))))) -}}
+{{- include "torchdag.networkPlan" (dict "plan" $plan "values" $v "catalog" $cat "inputs" $inputs "pod" $pod) -}}
+{{- $_ := set $plan "depends" (join " && " (compact (list (include "torchdag.nodeDepends" $plan) (ternary $cat.agents.task "" (not (empty $agents)))))) -}}
 
 {{- /* plan.node_loops: past argoFullCrdMaxItems DAG tasks, each shape's machines in withItems tasks of at most maxItems */ -}}
 {{- $gangTasks := 1 }}{{ with $plan.gang }}{{ $gangTasks = ternary 2 1 (not (empty .manifest)) }}{{ end -}}

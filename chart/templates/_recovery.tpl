@@ -9,6 +9,14 @@ sets .plan.nodeRecovery and .plan.elasticFrom. Takes (dict "plan" "job" "values"
 {{- $_ := merge .plan (dict "nodeRecovery" $nodeRecovery "elasticFrom" $elasticFrom) -}}
 {{- end -}}
 
+{{/* recovery.argo_retry(): the typed retry policy (.plan.retryPolicy, plan_model.retry_policy's numbers) as Argo's
+retryStrategy, its strings ("10s"), as JSON. Takes the typed policy. */}}
+{{- define "torchdag.argoRetry" -}}
+{{- $backoff := dict "duration" (printf "%ds" (int64 .backoffSeconds)) "factor" (printf "%d" (int64 .factor)) -}}
+{{- if not (kindIs "invalid" .capSeconds) }}{{ $_ := set $backoff "cap" (printf "%ds" (int64 .capSeconds)) }}{{ end -}}
+{{- toJson (dict "limit" (printf "%d" (int64 .limit)) "retryPolicy" .retryPolicy "backoff" $backoff) -}}
+{{- end -}}
+
 {{/* templates/_node_task.j2: one node task's body after its name (the template it calls, what
 it waits for, whether the DAG goes on without it, its arguments). Takes (dict "plan" "shape" "arguments" "elastic"). */}}
 {{- define "torchdag.nodeTask" }}

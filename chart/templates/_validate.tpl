@@ -143,8 +143,7 @@ worded by the catalogue's `messages`; one line per problem, all at once. (dict "
 
 {{- /* Chart only, rule release-name-service: on the pod network the release name (the Workflow's name) names the run's
        headless Service and is each node pod's subdomain, a DNS-1035 label. render.py holds `name` to it instead (network-service-name). */ -}}
-{{- $network := $v.network | default dict -}}
-{{- if or (eq $network.mode "pod") (and (not $network.mode) (eq (toString $v.hostNetwork) "false")) -}}
+{{- if include "torchdag.isPod" $v -}}
 {{- $release := include "torchdag.fullname" .root -}}
 {{- if not (regexMatch "^[a-z]([-a-z0-9]*[a-z0-9])?$" $release) -}}
 {{- $problems = append $problems (include "torchdag.problem" (list $cat "release-name-service" "release name" (dict "shown" (printf "'%s'" $release)))) -}}

@@ -22,7 +22,10 @@ RENDERERS = sorted([*(REPO / "torchdag").rglob("*.py"), *(REPO / "trainer").rglo
 NOT_RENDERERS = {"catalog.py", "_catalog.tpl"}
 # Copies a file must keep, by (fact, file): the pod helpers run in the user's image with the
 # standard library alone, without the catalogue; the test below holds their copies to it.
-KNOWN: dict[tuple[str, str], int] = {("labels.nodeRank", "gangpods.py"): 1, ("hostLabel", "gangpods.py"): 1}
+# Not copies: the typed Plan's field `service` (plan_model.Network.service, whether the run has
+# its Service), a JSON key the chart's twin must spell, is also the Service task's name.
+KNOWN: dict[tuple[str, str], int] = {("labels.nodeRank", "gangpods.py"): 1, ("hostLabel", "gangpods.py"): 1,
+                                     ("network.task", "_plan_model.tpl"): 1}
 
 
 def texts() -> dict[str, str]:

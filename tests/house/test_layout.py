@@ -13,13 +13,15 @@ from helpers import REPO
 from torchdag import catalog, plan
 from torchdag.values import load_schema
 
-CHART_LOGIC = ("_plan.tpl", "_gang.tpl", "_validate.tpl", "_helpers.tpl")
+CHART_LOGIC = ("_plan.tpl", "_gang.tpl", "_validate.tpl", "_helpers.tpl", "_network.tpl")
 # Non-blank lines: issue 20 set 520; the front door round 4 added rules the schema cannot state (560);
 # node recovery, the helpers' ConfigMap and the schedule watch 10 more; where features meet (issue
 # 37: a volume on the helpers' path, a gang's minimum of the fewest machines) 4 more.
 # Issue 42: no chart line over 160 characters (CHART_LINE); the long lines the old figure of 574
-# hid are 76 lines more.
-CHART_LOGIC_LIMIT = 650
+# hid are 76 lines more. Issue 42, the chart's twins: network.py's (is_pod, network_plan, node_depends)
+# moved out of _plan.tpl and _validate.tpl into _network.tpl, counted here, each with its define,
+# end and comment (7 more).
+CHART_LOGIC_LIMIT = 657
 CHART_LINE = 160
 # Rules only one renderer has: the chart's placeholders exist only in chart/values.yaml; the
 # chart names its Workflow after the release (checked there), render.py its runs after `name`.
