@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from . import __version__, pipeline
+from .diagnose import LATEST
 from .errors import CannotWrite, run_command
 from .kubeconfig import CLUSTER_INSTALL
 from .output import check_output, emit, write_output
@@ -178,7 +179,6 @@ CLUSTER_COMMANDS: dict[str, tuple[str, tuple[tuple[tuple[str, ...], dict], ...]]
 
 # A Workflow's name (a DNS-1123 subdomain) or a job's (values' `name`, a DNS-1123 label, which it also is).
 WORKFLOW_NAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
-LATEST = "@latest"
 
 
 def workflow_name(text: str) -> str:

@@ -21,7 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 from torchdag import pipeline
 from torchdag.plan import make_plan
 
-from .up import ClusterError
+from .procs import ClusterError
 
 # What a node offers besides its accelerators: generous, so a job's own requests fit; a
 # values file states no machine sizes (change them with --cpu/--memory/--pods).

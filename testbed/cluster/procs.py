@@ -16,7 +16,13 @@ import subprocess
 import time
 from pathlib import Path
 
+from torchdag.errors import TorchdagError
+
 from .layout import Layout
+
+
+class ClusterError(TorchdagError):
+    """Something the user can act on (torchdag/errors.py prints it; exit status 1)."""
 
 
 def free_port() -> int:

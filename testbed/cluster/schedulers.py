@@ -271,18 +271,16 @@ def health_url(process: str, port: dict[str, int]) -> str:
 
 def start(cluster, names: list[str], say=print, restart_scheduler: bool | None = None) -> None:
     """Start each named scheduler that is not running, with what it needs in the API server,
-    and wait until it serves. `cluster` is a running up.Cluster. kube-scheduler is restarted
+    and wait until it serves. `cluster` is a running Cluster (up.py). kube-scheduler is restarted
     without the names the new ones serve (`restart_scheduler`; by default when one is new)."""
     unknown = [name for name in names if name not in KNOWN]
     if unknown:
-        from .up import ClusterError
-        raise ClusterError(f"unknown scheduler {', '.join(unknown)}: known are {', '.join(KNOWN)} "
+        raise procs.ClusterError(f"unknown scheduler {', '.join(unknown)}: known are {', '.join(KNOWN)} "
                            f"(volcano's module is not served; docs/gang.md)")
     missing = [str(binary(p)) for name in names for p in PROCESSES[name] if not binary(p).exists()]
     missing += [str(module_tree(name)) for name in names if not module_tree(name).is_dir()]
     if missing:
-        from .up import ClusterError
-        raise ClusterError(f"missing: {', '.join(missing)}; run `make cluster-schedulers`")
+        raise procs.ClusterError(f"missing: {', '.join(missing)}; run `make cluster-schedulers`")
     layout = cluster.layout
     port = procs.ports(layout, PORTS)
     subprocess_env = {"KUBECONFIG": str(layout.kubeconfig)}

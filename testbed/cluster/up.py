@@ -21,8 +21,6 @@ from pathlib import Path
 import yaml
 from kubernetes.client.exceptions import ApiException
 
-from torchdag.errors import TorchdagError
-
 from ..kube import Kube
 from . import manifests, postgres, procs, schedulers
 from .layout import (
@@ -36,6 +34,7 @@ from .layout import (
     Layout,
     binary,
 )
+from .procs import ClusterError
 
 COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "workflow-controller")
 PORTS = ("etcd-client", "etcd-peer", "apiserver", "controller-manager", "scheduler", "argo-healthz", "postgres")
@@ -44,10 +43,6 @@ ARGO_EXECUTOR_IMAGE = "quay.io/argoproj/argoexec:v4.0.5"  # named in pods, never
 # signal and does nothing else), so it gets SIGKILL; no need to wait the others' ten seconds.
 GRACE_S = {"workflow-controller": 2.0}
 WAIT_S = 240.0  # one component's start on a busy two-core machine takes up to a minute or so
-
-
-class ClusterError(TorchdagError):
-    """Something the user can act on (torchdag/errors.py prints it; exit status 1)."""
 
 
 def argv(layout: Layout, component: str, port: dict[str, int]) -> list[str]:

@@ -21,9 +21,9 @@ import re
 from concurrent.futures import ThreadPoolExecutor
 
 from ..catalog import catalog
-from ..cli import LATEST
 from ..errors import TorchdagError
 from ..kubeconfig import ClusterUnusable, connect, kubernetes_client
+from . import LATEST
 from .views import _EPOCH, WORKFLOW_LABEL, parse_time
 
 __all__ = ["ClusterUnusable", "Cluster", "LATEST", "JOB_LABEL"]
