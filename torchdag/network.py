@@ -15,6 +15,12 @@ def is_pod(values: dict) -> bool:
     return mode == "pod" or (not mode and values.get("hostNetwork") is False)
 
 
+def node_nic(node: dict, values: dict) -> str:
+    """The NIC a node names (its preflight's and NCCL/GLOO/HCCL's): its own `nic`, else on the pod
+    network `network.nic`; "" for none (the host network's default route)."""
+    return node.get("nic") or (values["network"]["nic"] if is_pod(values) else "")
+
+
 def master_address(values: dict) -> str:
     """Rank 0's DNS name, with Argo's placeholders for the run and its namespace."""
     entry = catalog()["network"]

@@ -34,7 +34,7 @@ from .catalog import (
     resource_name,
 )
 from .gang import gang
-from .network import is_pod, master_address, network_plan, node_depends, rendezvous_wait
+from .network import is_pod, master_address, network_plan, node_depends, node_nic, rendezvous_wait
 from .plan_agents import agents_plan
 from .plan_model import TypedPlan, retry_policy, typed_plan
 from .recovery import argo_retry, node_recovery
@@ -374,7 +374,7 @@ def make_plan(values: dict, cat: dict | None = None) -> Plan:
     job = job_facts(values, backend, master_address(values) if pod else master.get("address") or master["name"], cat)
 
     runs_preflight = values["preflight"]["enabled"] or pod or any(
-        (node.get("nic") or (values["network"]["nic"] if pod else "")) == "auto" for node in nodes)
+        node_nic(node, values) == "auto" for node in nodes)
     agents = agents_plan(values, {"recorder": bool(recorder(values, cat)), "preflight": runs_preflight,
                                   "watch": runs_agent(values["scheduling"]["watchCommand"], cat)})
 
@@ -386,7 +386,7 @@ def make_plan(values: dict, cat: dict | None = None) -> Plan:
         devices = int(node.get("devices", 1))
         # On the pod network a node is reached by its pod's name, through the pod's own NIC.
         address = node_name(rank) if pod else node.get("address") or node["name"]
-        nic = node.get("nic") or (values["network"]["nic"] if pod else "")
+        nic = node_nic(node, values)
         resources = _resources(node, values)
         facts = shape_facts(job, kind, devices, nic, address, "resources" in node, cat)
         labels = tuple(sorted((node.get("labels") or {}).items()))

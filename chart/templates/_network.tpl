@@ -6,6 +6,9 @@
 {{- if or (eq $mode "pod") (and (eq $mode "") (eq (toString .hostNetwork) "false")) }}true{{ end -}}
 {{- end -}}
 
+{{/* network.node_nic(): a node's own nic, else on the pod network network.nic; "" for none. Takes (dict "node" "values" "pod"). */}}
+{{- define "torchdag.nodeNic" -}}{{ .node.nic | default (ternary .values.network.nic "" .pod) }}{{- end -}}
+
 {{/* network.network_plan(): on the pod network sets .plan.network. Takes (dict "plan" "values" "catalog" "inputs" "pod"). */}}
 {{- define "torchdag.networkPlan" -}}
 {{- if .pod }}{{ $net := .catalog.network -}}

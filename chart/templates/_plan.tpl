@@ -83,7 +83,7 @@ names. Usage: include "torchdag.plan" (dict "root" $ "plan" $plan)
 {{- $entry := index $cat.kinds $kind -}}
 {{- $devices := int64 ($node.devices | default 1) -}}
 {{- $address := ternary (printf $nodeName $rank) ($node.address | default $node.name) $pod -}}
-{{- $nic := $node.nic | default (ternary $v.network.nic "" $pod) -}}
+{{- $nic := include "torchdag.nodeNic" (dict "node" $node "values" $v "pod" $pod) -}}
 {{- $nicMode := ternary "none" (ternary "auto" "named" (eq $nic "auto")) (eq $nic "") -}}
 {{- $hasIfIp := and $entry.ifIp (not $pod) (regexMatch $cat.ipv4 $address) -}}
 {{- $resourcesKey := printf "%s|%d|%s" $kind $devices (ternary (toJson $node.resources) "-" (hasKey $node "resources")) -}}

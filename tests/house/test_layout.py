@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -20,8 +21,8 @@ CHART_LOGIC = ("_plan.tpl", "_gang.tpl", "_validate.tpl", "_helpers.tpl", "_netw
 # Issue 42: no chart line over 160 characters (CHART_LINE); the long lines the old figure of 574
 # hid are 76 lines more. Issue 42, the chart's twins: network.py's (is_pod, network_plan, node_depends)
 # moved out of _plan.tpl and _validate.tpl into _network.tpl, counted here, each with its define,
-# end and comment (7 more).
-CHART_LOGIC_LIMIT = 657
+# end and comment (7 more); the nic default (node_nic), once per language, its define and comment (2 more).
+CHART_LOGIC_LIMIT = 659
 CHART_LINE = 160
 # Rules only one renderer has: the chart's placeholders exist only in chart/values.yaml; the
 # chart names its Workflow after the release (checked there), render.py its runs after `name`.
@@ -64,7 +65,8 @@ def lines_of(path) -> list[str]:
 # Issue 42, third part: the pod helpers (trainer's 2,064 lines) are torchdag/agents/, the runtime the
 # Workflow ships, with a budget of their own (+ the one device detection, torchdag_device.py, that
 # preflight, torchdag_ddp and the trainer share: trainer/device.py lost its copy).
-FOLDER_BUDGETS = {"torchdag": 6160, "torchdag/agents": 2200, "testbed": 5200, "trainer": 1600}
+# torchdag +10: network.node_nic, the nic default spelled once (plan.py had it twice).
+FOLDER_BUDGETS = {"torchdag": 6170, "torchdag/agents": 2200, "testbed": 5200, "trainer": 1600}
 MODULE_LIMIT = 500  # issue 42: plan.py, yamlread.py, diagnose/core.py and bench_cluster.py split by subject
 
 
@@ -170,3 +172,21 @@ def test_only_the_planner_reads_the_raw_values_of_a_plan():
                if not re.fullmatch(r"torchdag/plan\w*\.py", path)
                for number, line in enumerate(lines_of(path), 1) if re.search(r"\bplan\.values\b", line)]
     assert not readers, f"read the typed Plan (plan.typed) instead: {readers}"
+
+
+# The planning modules whose decisions the chart makes again, each in a file of the same name.
+PLANNING_TWINS = ("plan", "plan_model", "plan_agents", "recovery", "gang", "network", "watch", "access", "validate")
+# The chart's own: names and labels (argo-helm's _helpers.tpl), the generated catalogue, the printer.
+CHART_ONLY = {"_helpers.tpl", "_catalog.tpl", "_workflow.tpl"}
+
+
+def test_each_planning_module_has_its_chart_twin_of_the_same_name():
+    """Issue 42: the chart's twins line up with the Python modules one to one, by file name."""
+    chart = {Path(path).name for path in tracked("chart/templates/_*.tpl")}
+    python = {Path(path).stem for path in tracked("torchdag/*.py")}
+    assert set(PLANNING_TWINS) <= python, f"not modules of torchdag/: {set(PLANNING_TWINS) - python}"
+    missing = [f"torchdag/{name}.py -> chart/templates/_{name}.tpl" for name in PLANNING_TWINS
+               if f"_{name}.tpl" not in chart]
+    assert not missing, f"no chart twin: {missing}"
+    strays = sorted(chart - CHART_ONLY - {f"_{name}.tpl" for name in PLANNING_TWINS})
+    assert not strays, f"chart helpers with no Python twin of their name: {strays}"

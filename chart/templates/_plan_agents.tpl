@@ -8,7 +8,7 @@ Usage: include "torchdag.agents" (dict "root" $ "catalog" $cat "values" $v "pod"
 {{- $v := .values -}}
 {{- $entry := .catalog.agents -}}
 {{- $runsPreflight := or $v.preflight.enabled .pod -}}
-{{- range $v.nodes }}{{ if eq (.nic | default (ternary $v.network.nic "" $.pod)) "auto" }}{{ $runsPreflight = true }}{{ end }}{{ end -}}
+{{- range $v.nodes }}{{ if eq (include "torchdag.nodeNic" (dict "node" . "values" $v "pod" $.pod)) "auto" }}{{ $runsPreflight = true }}{{ end }}{{ end -}}
 {{- $recording := include "torchdag.recorder" (dict "catalog" .catalog "values" $v) | fromJsonArray | empty | not -}}
 {{- $watch := false }}{{ range $v.scheduling.watchCommand }}{{ if hasPrefix (printf "%s/" (trimSuffix "/" $entry.path)) . }}{{ $watch =
       true }}{{ end }}{{ end -}}
@@ -30,7 +30,7 @@ Usage: include "torchdag.agents" (dict "root" $ "catalog" $cat "values" $v "pod"
 {{- toJson $out -}}
 {{- end -}}
 
-{{/* templates/_agents.j2's agents_task(): the DAG task that creates the ConfigMap. Takes the plan. */}}
+{{/* templates/_plan_agents.j2's agents_task(): the DAG task that creates the ConfigMap. Takes the plan. */}}
 {{- define "torchdag.agentsTask" }}
 {{- with .agents }}
       - name: {{ toJson .task }}
