@@ -17,7 +17,7 @@ retryStrategy, its strings ("10s"), as JSON. Takes the typed policy. */}}
 {{- toJson (dict "limit" (printf "%d" (int64 .limit)) "retryPolicy" .retryPolicy "backoff" $backoff) -}}
 {{- end -}}
 
-{{/* templates/_node_task.j2: one node task's body after its name (the template it calls, what
+{{/* templates/_recovery.j2 node_task(): one node task's body after its name (the template it calls, what
 it waits for, whether the DAG goes on without it, its arguments). Takes (dict "plan" "shape" "arguments" "elastic"). */}}
 {{- define "torchdag.nodeTask" }}
         template: {{ toJson (ternary .shape.retryWrapper .shape.name (not (empty .plan.nodeRetry))) }}
@@ -43,7 +43,7 @@ it waits for, whether the DAG goes on without it, its arguments). Takes (dict "p
           {{- end }}
 {{- end -}}
 
-{{/* templates/_node_retry.j2: under failurePolicy.recovery node, each shape's retry wrapper
+{{/* templates/_recovery.j2 node_retry(): under failurePolicy.recovery node, each shape's retry wrapper
 (its step group: the node's pod and, on a retry, the host check), then the host check. Takes (dict "plan" "values"). */}}
 {{- define "torchdag.nodeRetry" }}
   {{- $plan := .plan }}

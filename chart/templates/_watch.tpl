@@ -23,7 +23,7 @@
 {{- end -}}
 {{- end -}}
 
-{{/* templates/watch.yaml.j2: the watch's template, after the gang's (with a gang) or after the node templates. */}}
+{{/* templates/_watch.j2: the watch's template, after the gang's (with a gang) or after the node templates. */}}
 {{- define "torchdag.watchTemplate" -}}
 {{- $plan := .plan }}{{ $v := .v }}
 {{- if $plan.gang }}

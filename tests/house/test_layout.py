@@ -190,3 +190,12 @@ def test_each_planning_module_has_its_chart_twin_of_the_same_name():
     assert not missing, f"no chart twin: {missing}"
     strays = sorted(chart - CHART_ONLY - {f"_{name}.tpl" for name in PLANNING_TWINS})
     assert not strays, f"chart helpers with no Python twin of their name: {strays}"
+
+
+def test_each_jinja_part_has_its_chart_twin_of_the_same_name():
+    """Issue 42: the two printers line up file for file: templates/_NAME.j2 and
+    chart/templates/_NAME.tpl print the same part (workflow.yaml.j2 and _workflow.tpl the rest)."""
+    chart = {Path(path).stem for path in tracked("chart/templates/_*.tpl")}
+    jinja = {Path(path).stem for path in tracked("templates/*.j2")} - {"workflow.yaml"}
+    assert jinja <= chart, f"Jinja parts with no chart twin of their name: {sorted(jinja - chart)}"
+
