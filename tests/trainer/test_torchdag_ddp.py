@@ -202,3 +202,35 @@ def test_restart_says_whether_to_resume_under_either_recovery(monkeypatch, env, 
 def test_the_helper_is_python_3_8():
     """310P images ship Python 3.8 with torch_npu 2.1: the helper parses as 3.8's grammar."""
     ast.parse(HELPER.read_text(), feature_version=(3, 8))
+
+
+NO_NUMPY = """
+import os, sys
+sys.modules["numpy"] = None  # as in an image of python3 and PyPI's torch alone: torch runs without numpy
+sys.path.insert(0, sys.argv[1])
+import torch
+import torch.distributed as dist
+import torchdag_ddp
+
+dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{sys.argv[2]}", rank=0, world_size=1)
+try:
+    torch.tensor([1.0]).numpy()
+except RuntimeError as err:
+    print(f"numpy: {err}")
+print("exchange:", torchdag_ddp.choose_exchange(torch.device("cpu")))
+model = torchdag_ddp.DDP(torch.nn.Linear(2, 1))
+print("wrapped:", type(model).__name__)
+dist.destroy_process_group()
+"""
+
+
+def test_the_exchange_is_chosen_without_numpy(tmp_path):
+    """PyPI's torch does not install numpy, and torch's object collectives need it; the helper's
+    one gather of the ranks' device kinds must not (a user's image with python3 and torch only)."""
+    script = tmp_path / "no_numpy.py"
+    script.write_text(NO_NUMPY)
+    done = subprocess.run([sys.executable, str(script), str(AGENTS), str(free_port())], capture_output=True,
+                          text=True, timeout=120, env=clean_env())
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "numpy: Numpy is not available" in done.stdout, done.stdout  # the test stands where the image stands
+    assert "exchange: ('ddp', ['cpu'])" in done.stdout and "wrapped: DistributedDataParallel" in done.stdout

@@ -86,6 +86,23 @@ def restart() -> int:
     return sum(int(os.environ.get(name) or 0) for name in ("TORCHDAG_RESTART", "TORCHELASTIC_RESTART_COUNT"))
 
 
+WORDS_BYTES = 64  # a device kind and a mode, with room to spare
+
+
+def gather_words(text: str, group=None) -> list[str]:
+    """Each rank's short ASCII text, gathered on every rank through one all_gather of a byte
+    tensor. Not all_gather_object: torch unpickles its result through numpy (tensor.numpy()),
+    which PyPI's torch does not install, so in a user's image of python3 and torch alone it fails
+    with "Numpy is not available" (the local cluster's real nodes showed it)."""
+    raw = text.encode()[:WORDS_BYTES]
+    mine = torch.zeros(WORDS_BYTES + 1, dtype=torch.uint8)
+    mine[0] = len(raw)
+    mine[1:1 + len(raw)] = torch.tensor(list(raw), dtype=torch.uint8)
+    every = [torch.empty_like(mine) for _ in range(dist.get_world_size(group))]
+    dist.all_gather(every, mine, group=group)
+    return [bytes(t[1:1 + int(t[0])].tolist()).decode() for t in every]
+
+
 def choose_exchange(device: torch.device, requested: str = "auto", group=None) -> tuple[str, list[str]]:
     """How the job averages gradients, the same answer on every rank: "ddp" (torch's
     DistributedDataParallel) or "cpu-buckets" (CpuBucketDDP); and each rank's device kind (known
@@ -96,8 +113,7 @@ def choose_exchange(device: torch.device, requested: str = "auto", group=None) -
         if requested == "cpu-buckets":
             raise ValueError(f"the cpu-buckets exchange needs backend gloo, not {dist.get_backend(group)}")
         return "ddp", []
-    seen: list = [None] * dist.get_world_size(group)
-    dist.all_gather_object(seen, (device.type, requested), group=group)
+    seen = [words.split(" ", 1) for words in gather_words(f"{device.type} {requested}", group)]
     kinds = [kind for kind, _ in seen]
     asked = sorted({mode for _, mode in seen})
     if len(asked) != 1:
