@@ -60,7 +60,7 @@ ASCEND_VENV := .venv-ascend
 ASCEND_STAMP := $(ASCEND_VENV)/.installed
 ASCEND_REQ := requirements-ascend-test.txt
 
-.PHONY: help setup render check helm test test-fast golden smoke chart-sync bench bench-cluster bench-tiers lint clean ascend-venv argo-lint go-tools cluster-up cluster-nodes cluster-kubelet cluster-down e2e
+.PHONY: help setup render check helm test test-fast golden smoke chart-sync bench bench-cluster bench-tiers lint clean ascend-venv argo-lint go-tools cluster-up cluster-nodes cluster-kubelet cluster-down e2e images
 
 # Each target's `## ` text, in one column after the longest name (awk: no fixed tab stop to outgrow).
 help: ## list the targets
@@ -120,6 +120,15 @@ $(WORKFLOW_CONTROLLER) $(ARGOEXEC) &: $(ARGO_V4_SOURCES) tools/argo/workflow-con
 	cd tools/argo && GOWORK=$(abspath $(TOOLS)/argo.work) $(GO) build -o $(abspath $(TOOLS)/bin)/ \
 		$(ARGO_MODULE)/cmd/workflow-controller $(ARGO_MODULE)/cmd/argoexec
 
+# Argo's executor as Argo's release image carries it (its Makefile's dist/argoexec: CGO_ENABLED=0,
+# linked statically), for the real nodes' argoexec image (testbed/images): the emissary it copies
+# into each pod then runs in any image, with or without glibc.
+ARGOEXEC_STATIC := $(TOOLS)/bin/argoexec-static
+$(ARGOEXEC_STATIC): $(WORKFLOW_CONTROLLER) $(ARGOEXEC)
+	$(GO_CHECK)
+	cd tools/argo && CGO_ENABLED=0 GOWORK=$(abspath $(TOOLS)/argo.work) $(GO) build -ldflags '-extldflags -static' \
+		-o $(abspath $@) $(ARGO_MODULE)/cmd/argoexec
+
 # The local control plane (`make cluster-up`, docs/e2e.md): etcd, kube-apiserver,
 # kube-controller-manager and kube-scheduler from k8s.io/kubernetes (tools/cluster/go.mod pins
 # it) and the certificate helper, in one `go build` so the packages they share compile once.
@@ -139,6 +148,21 @@ $(CLUSTER_BINS) &: $(CLUSTER_SOURCES) Makefile
 		k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes/cmd/kube-scheduler ./cmd/etcd ./cmd/clustercerts
 	touch $(CLUSTER_BINS)  # go build leaves an up-to-date binary's time as it was
 
+# The real nodes' kubelet (docs/nodes.md), from the k8s.io/kubernetes module the control plane
+# is built from (tools/cluster/go.mod), with the same release stamped in.
+KUBELET := $(TOOLS)/bin/kubelet
+$(KUBELET): $(CLUSTER_SOURCES) Makefile
+	$(GO_CHECK)
+	mkdir -p $(TOOLS)/bin
+	cd tools/cluster && $(GO) build -ldflags "$(K8S_VERSION_FLAGS)" -o $(abspath $@) k8s.io/kubernetes/cmd/kubelet
+	touch $@
+
+# The real nodes' Ascend device plugin: the kubelet's device-plugin API (k8s.io/kubelet), device files made here.
+ASCEND_PLUGIN := $(TOOLS)/bin/ascend-device-plugin
+$(ASCEND_PLUGIN): tools/ascend-device-plugin/go.mod tools/ascend-device-plugin/go.sum tools/ascend-device-plugin/main.go
+	$(GO_CHECK)
+	cd tools/ascend-device-plugin && $(GO) build -o $(abspath $@) .
+
 # Kubernetes' own $(VAR) expansion (k8s.io/kubernetes), the oracle for the Python port.
 $(KUBEEXPAND): tools/kubeexpand/go.mod tools/kubeexpand/go.sum tools/kubeexpand/main.go
 	$(GO_CHECK)
@@ -154,7 +178,7 @@ $(COREDNS): tools/coredns/go.mod tools/coredns/go.sum tools/coredns/main.go
 	$(GO_CHECK)
 	cd tools/coredns && $(GO) build -o $(abspath $@) .
 
-go-tools: $(ARGOLINT) $(ARGOLINT_V3) $(WORKFLOW_CONTROLLER) $(ARGOEXEC) $(KUBEEXPAND) $(CLUSTER_BINS) $(PODSECURITY) $(COREDNS) ## build the Go tools into .tools/bin (cached)
+go-tools: $(ARGOLINT) $(ARGOLINT_V3) $(WORKFLOW_CONTROLLER) $(ARGOEXEC) $(ARGOEXEC_STATIC) $(KUBEEXPAND) $(CLUSTER_BINS) $(KUBELET) $(ASCEND_PLUGIN) $(PODSECURITY) $(COREDNS) ## build the Go tools into .tools/bin (cached)
 
 FILES ?=
 argo-lint: $(ARGOLINT) $(ARGOLINT_V3) ## Argo's own validator (v4 and v3) on FILES="a.yaml b.yaml"
@@ -170,6 +194,19 @@ POSTGRES := /usr/lib/postgresql/15/bin/postgres
 $(POSTGRES):
 	apt-get install -y --no-install-recommends postgresql-15 || \
 		{ apt-get update && apt-get install -y --no-install-recommends postgresql-15; }
+
+# The real nodes' runtime and the images' tools (docs/nodes.md): Debian's containerd, runc, CNI
+# plugins, buildah and mmdebstrap, installed when missing.
+NODE_PACKAGES := containerd runc containernetworking-plugins buildah mmdebstrap
+NODE_TOOLS := /usr/bin/containerd /usr/sbin/runc /usr/lib/cni/bridge /usr/bin/buildah /usr/bin/mmdebstrap
+$(NODE_TOOLS) &:
+	apt-get install -y --no-install-recommends $(NODE_PACKAGES) || \
+		{ apt-get update && apt-get install -y --no-install-recommends $(NODE_PACKAGES); }
+
+# The nodes' images, built from packages and cached by their inputs in .tools/images
+# (testbed/images: the first build downloads Debian packages and torch, about 15 minutes).
+images: $(VENV_STAMP) $(ARGOEXEC_STATIC) $(NODE_TOOLS) ## build the real nodes' images (a user's with torch, torchdag's from the Dockerfile, ...) into the image store
+	$(PY) -m testbed.images build
 
 # The cluster's state (pids, logs, certificates, kubeconfig) lives in CLUSTER_DIR.
 CLUSTER_DIR ?= .cluster

@@ -28,6 +28,8 @@ CLUSTER_BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-s
 # Set by `make test` and `make e2e`: a cluster per pytest process costs a minute or two of
 # both cores, so a bare `pytest` leaves these tests out unless asked.
 E2E = "TORCHDAG_E2E"
+# A cluster already up (its directory, e.g. .cluster): the tests use it instead of their own.
+REUSE = "TORCHDAG_TEST_CLUSTER_DIR"
 UP_TIMEOUT_S = 600  # a cold start on a busy two-core machine: about a minute; margin for load
 
 
@@ -100,6 +102,10 @@ def local_cluster(tmp_path_factory) -> LocalCluster:
     missing = [name for name in CLUSTER_BINARIES if not (BIN / name).is_file()]
     if missing:
         pytest.fail(f"not built: {', '.join(missing)}: run `make cluster-up` (or `make go-tools`) first")
+    reused = os.environ.get(REUSE)
+    if reused:  # a developer's running cluster (`make cluster-up`): used as it is, left running
+        yield LocalCluster(Path(reused).resolve())
+        return
     cluster = LocalCluster(tmp_path_factory.mktemp("cluster"))
     # Should this pytest process die without its teardown (killed, or its terminal gone), a
     # watchdog of its own session takes the cluster down: five servers left running would
