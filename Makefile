@@ -211,22 +211,27 @@ images: $(VENV_STAMP) $(ARGOEXEC_STATIC) $(NODE_TOOLS) ## build the real nodes' 
 # The cluster's state (pids, logs, certificates, kubeconfig) lives in CLUSTER_DIR.
 CLUSTER_DIR ?= .cluster
 CLUSTER := $(PY) -m testbed.cluster --dir $(CLUSTER_DIR)
-cluster-up: $(VENV_STAMP) $(CLUSTER_BINS) $(WORKFLOW_CONTROLLER) $(ARGOEXEC) $(KUBECTL) $(POSTGRES) ## start a local control plane + Argo's controller (processes on 127.0.0.1); CLUSTER_DIR/kubeconfig
+# The real nodes' parts: the kubelet, the Ascend device plugin, CoreDNS, Debian's runtime, the images.
+NODE_DEPS := $(KUBELET) $(ASCEND_PLUGIN) $(COREDNS) $(NODE_TOOLS) images
+# `make cluster-up` starts the nodes of examples/local.yaml unless VALUES is given.
+CLUSTER_VALUES = $(if $(filter file,$(origin VALUES)),examples/local.yaml,$(VALUES))
+cluster-up: $(VENV_STAMP) $(CLUSTER_BINS) $(WORKFLOW_CONTROLLER) $(ARGOEXEC) $(KUBECTL) $(POSTGRES) $(NODE_DEPS) ## start a local control plane + Argo's controller, and real nodes (kubelet, containerd, runc) for VALUES (default examples/local.yaml); CLUSTER_DIR/kubeconfig
 	$(CLUSTER) up
+	$(CLUSTER) nodes $(CLUSTER_VALUES)
 
-cluster-nodes: $(VENV_STAMP) ## register VALUES' nodes as Ready Nodes of the local cluster
+cluster-nodes: $(VENV_STAMP) $(NODE_DEPS) ## start real nodes for VALUES' nodes (those not running yet): docs/nodes.md
 	$(CLUSTER) nodes $(VALUES)
 
 # The process kubelet runs pods as local processes (torch comes from .venv); --cpu: NPU and
 # GPU nodes train on CPU, as `make smoke --cpu` (docs/kubelet.md).
 KUBELET_ARGS ?= --cpu
-cluster-kubelet: $(VENV_STAMP) ## run the pods of the registered Nodes as local processes (background; KUBELET_ARGS, default --cpu)
+cluster-kubelet: $(VENV_STAMP) ## run the pods of Nodes registered with `python -m testbed.cluster register VALUES` as local processes (background; KUBELET_ARGS, default --cpu)
 	$(PY) -m testbed.cluster --dir $(CLUSTER_DIR) kubelet $(KUBELET_ARGS)
 
 cluster-down: $(VENV_STAMP) ## stop the local cluster's processes and remove CLUSTER_DIR
 	$(CLUSTER) down
 
-e2e: $(VENV_STAMP) $(HELM) $(CLUSTER_BINS) $(WORKFLOW_CONTROLLER) $(ARGOEXEC) $(KUBECTL) $(PODSECURITY) $(POSTGRES) ## the tests on a local cluster with Argo's real controller (docs/e2e.md); make test runs them too
+e2e: $(VENV_STAMP) $(HELM) $(CLUSTER_BINS) $(WORKFLOW_CONTROLLER) $(ARGOEXEC) $(KUBECTL) $(PODSECURITY) $(POSTGRES) $(NODE_DEPS) ## the tests on a local cluster with Argo's real controller (docs/e2e.md); make test runs them too
 	HELM=$(abspath $(HELM)) PODSECURITY=$(abspath $(PODSECURITY)) TORCHDAG_E2E=1 $(PY) -m pytest -m e2e tests
 
 setup: $(VENV_STAMP) $(HELM) ## install the venv (torch, test tools), helm and kubectl
@@ -290,7 +295,7 @@ $(FAST_STAMP): requirements-fast.txt requirements-render.txt
 test-fast: $(FAST_STAMP) $(HELM) ## every render, schema, chart and values test: no torch, no Go (a few minutes)
 	HELM=$(abspath $(HELM)) $(FAST_VENV)/bin/python -m pytest -n 2 -m "$(FAST_MARKERS)" tests
 
-test: lint $(VENV_STAMP) $(HELM) $(ASCEND_STAMP) $(ARGOLINT) $(ARGOLINT_V3) $(KUBEEXPAND) $(PODSECURITY) $(COREDNS) $(CLUSTER_BINS) $(WORKFLOW_CONTROLLER) $(ARGOEXEC) $(KUBECTL) $(POSTGRES) ## lint, then install everything and run the whole test suite
+test: lint $(VENV_STAMP) $(HELM) $(ASCEND_STAMP) $(ARGOLINT) $(ARGOLINT_V3) $(KUBEEXPAND) $(PODSECURITY) $(COREDNS) $(CLUSTER_BINS) $(WORKFLOW_CONTROLLER) $(ARGOEXEC) $(KUBECTL) $(POSTGRES) $(NODE_DEPS) ## lint, then install everything and run the whole test suite
 	HELM=$(abspath $(HELM)) ARGOLINT=$(abspath $(ARGOLINT)) ARGOLINT_V3=$(abspath $(ARGOLINT_V3)) KUBEEXPAND=$(abspath $(KUBEEXPAND)) \
 		PODSECURITY=$(abspath $(PODSECURITY)) \
 		TORCHDAG_ASCEND_VENV_REQUIRED=1 TORCHDAG_NETNS_REQUIRED=1 TORCHDAG_E2E=1 $(PY) -m pytest -n 2 --dist loadgroup tests

@@ -148,7 +148,7 @@ def measure(layout: Layout, folder: Path, n: int, crd: str, controller: dict, st
     attempts, budget = status_budget(plan)
     workflow = folder / f"scale-{n}-workflow.yaml"
     workflow.write_text(text, encoding="utf-8")
-    subprocess.run([sys.executable, "-m", "testbed.cluster", "--dir", str(layout.root), "nodes", str(values)],
+    subprocess.run([sys.executable, "-m", "testbed.cluster", "--dir", str(layout.root), "register", str(values)],
                    cwd=REPO, check=True, capture_output=True)
     start = time.monotonic()
     name = kubectl(layout, "create", "-f", str(workflow), "-o", "name").strip().split("/")[-1]
@@ -246,7 +246,7 @@ def measure_recovery(layout: Layout, folder: Path, n: int, recovery: str) -> dic
     _, _, text = guard(values)
     workflow = folder / f"recovery-{recovery}-{n}.yaml"
     workflow.write_text(text, encoding="utf-8")
-    subprocess.run([sys.executable, "-m", "testbed.cluster", "--dir", str(layout.root), "nodes", str(values)],
+    subprocess.run([sys.executable, "-m", "testbed.cluster", "--dir", str(layout.root), "register", str(values)],
                    cwd=REPO, check=True, capture_output=True)
     start = time.monotonic()
     name = kubectl(layout, "create", "-f", str(workflow), "-o", "name").strip().split("/")[-1]

@@ -11,14 +11,12 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-import yaml
 
-from helpers import REPO, free_port
+from helpers import REPO
 from testbed.cluster.layout import Layout
 from testbed.images import recipes
 from testbed.node.nodes import NodeInfo, NodeSpec, RealNodes
@@ -97,108 +95,15 @@ def exec_in(cluster, namespace: str, pod: str, container: str, *argv: str) -> su
     return cluster.kubectl("exec", "-n", namespace, pod, "-c", container, "--", *argv, check=False, timeout=60)
 
 
-FINISHED = ("Succeeded", "Failed", "Error")
-
-
-@dataclass
-class RealJob:
-    """One rendered job on the local cluster's real nodes: a namespace of its own, the folder
-    of the test (mounted into its pods as a hostPath volume at the same path, as a shared
-    filesystem would be), and the nodes it runs on."""
-
-    cluster: object
-    nodes: Nodes
-    dir: Path
-    namespace: str
-    hosts: list[NodeInfo] = field(default_factory=list)
-
-    def use(self, *names: str) -> list[NodeInfo]:
-        self.hosts = self.nodes.ensure(*names)
-        return self.hosts
-
-    def values(self, nodes: list[dict], args: list[str], extra: str = "", **top) -> Path:
-        """A values file for this job's namespace: node i runs on host i (its name, address and
-        NIC, those of the real node); the test's folder mounted at its own path."""
-        if len(self.hosts) < len(nodes):
-            self.use(*CPU_NODES[:len(nodes)])
-        for node, host in zip(nodes, self.hosts):
-            node.update(name=host.name, address=host.address, nic=host.nic)
-        body = {"name": "e2e", "namespace": self.namespace, "image": TORCHDAG_IMAGE,
-                "script": "/opt/torchdag/trainer/train.py", "args": args, "port": free_port(),
-                "timeouts": {"rendezvous": 60, "processGroup": 68, "workflowDeadline": 900},
-                "workflow": {"podGC": ""},  # the pods (and their logs) stay until the test's namespace goes
-                "volumes": [{"name": "e2e-work", "mountPath": str(self.dir),
-                             "hostPath": {"path": str(self.dir), "type": "Directory"}}],
-                "nodes": nodes, **top}
-        path = self.dir / "values.yaml"
-        path.write_text(yaml.safe_dump(body, sort_keys=False) + extra, encoding="utf-8")
-        return path
-
-    def render(self, values: Path) -> Path:
-        out = self.dir / f"{values.stem}-workflow.yaml"
-        done = subprocess.run([sys.executable, str(REPO / "render.py"), str(values), "-o", str(out)],
-                              capture_output=True, text=True)
-        assert done.returncode == 0, done.stderr
-        return out
-
-    def submit(self, workflow: Path) -> str:
-        return self.cluster.kubectl("create", "-f", str(workflow), "-o", "name").stdout.strip().split("/")[-1]
-
-    def workflow(self, name: str) -> dict:
-        return self.cluster.get("workflow", name, "-n", self.namespace)
-
-    def pods(self, name: str) -> list[dict]:
-        return self.cluster.get("pods", "-n", self.namespace, "-l", f"workflows.argoproj.io/workflow={name}")["items"]
-
-    def log(self, pod: dict, container: str = "main") -> str:
-        return pod_log(self.cluster, self.namespace, pod["metadata"]["name"], container)
-
-    def wait_finished(self, name: str, timeout: float) -> dict:
-        def finished():
-            wf = self.workflow(name)
-            return wf if (wf.get("status") or {}).get("phase") in FINISHED else None
-        try:
-            return self.cluster.wait_for(f"workflow {name} to finish", finished, timeout=timeout, every=1)
-        except pytest.fail.Exception:
-            print(self.explain(name))
-            raise
-
-    def explain(self, name: str) -> str:
-        """The Workflow's status, each pod's state, events and log tail, the kubelets' log tails."""
-        wf = self.workflow(name)
-        parts = [json.dumps(wf.get("status", {}), indent=1)[:3000]]
-        for pod in self.pods(name):
-            pod_name = pod["metadata"]["name"]
-            states = {c["name"]: c.get("state") for c in pod["status"].get("containerStatuses", [])}
-            said = [f"{e.get('reason')}: {e.get('message')}" for e in events(self.cluster, self.namespace, pod_name)]
-            parts.append(f"--- pod {pod_name} on {pod['spec'].get('nodeName')}: {pod['status'].get('phase')} "
-                         f"{json.dumps(states)[:800]}\nevents: {said[-8:]}\n{self.log(pod)[-1500:]}")
-        for host in self.hosts:
-            parts.append(f"--- kubelet {host.name}:\n" + self.nodes.kubelet_log(host.name)[-1500:])
-        return "\n".join(parts)
-
-
-@pytest.fixture
-def real_job(local_cluster, real_nodes, tmp_path, request):
-    """A namespace of this test, with the executor's Role (e2e_helpers.EXECUTOR_RULES) bound to
-    its default ServiceAccount, and the test's folder open to the pods' users; afterwards the
-    namespace and everything in it deleted."""
-    from e2e_helpers import EXECUTOR_RULES, unique
-
-    namespace = unique("rn")
-    local_cluster.kubectl("create", "namespace", namespace)
-    role = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
-            "metadata": {"name": "torchdag-executor", "namespace": namespace}, "rules": EXECUTOR_RULES}
-    binding = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
-               "metadata": {"name": "torchdag-executor", "namespace": namespace},
-               "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "torchdag-executor"},
-               "subjects": [{"kind": "ServiceAccount", "name": "default", "namespace": namespace}]}
-    local_cluster.kubectl("create", "-f", "-", stdin=json.dumps({"apiVersion": "v1", "kind": "List",
-                                                                "items": [role, binding]}))
-    local_cluster.wait_for("the default ServiceAccount", lambda: local_cluster.kubectl(
-        "get", "serviceaccount", "default", "-n", namespace, check=False).returncode == 0)
-    tmp_path.chmod(0o777)  # the trainer image's user is uid 1000
-    made = RealJob(local_cluster, real_nodes, tmp_path, namespace)
-    yield made
-    local_cluster.kubectl("delete", "workflows", "--all", "-n", namespace, "--wait=false", check=False)
-    local_cluster.kubectl("delete", "namespace", namespace, "--wait=false", check=False)
+@pytest.fixture(scope="module")
+def real_nodes_cordoned(request):
+    """For the process kubelet's modules: the session's real nodes take no new pods meanwhile.
+    A Workflow's unpinned pods (the helpers' ConfigMap task, the watch) would otherwise be placed
+    on a real node, out of the process kubelet's sight."""
+    if os.environ.get("TORCHDAG_E2E") != "1":
+        yield
+        return
+    cluster = request.getfixturevalue("local_cluster")
+    cluster.kubectl("cordon", "-l", "torchdag.io/node=real", check=False)
+    yield
+    cluster.kubectl("uncordon", "-l", "torchdag.io/node=real", check=False)

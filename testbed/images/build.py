@@ -32,7 +32,7 @@ def build_ref(name: str, key: str) -> str:
 
 
 class Builder:
-    def __init__(self, home: Path, say=print):
+    def __init__(self, home: Path, say=lambda line: print(line, flush=True)):
         self.home = home
         self.say = say
         self.storage = ["--root", str(home / "buildah" / "root"), "--runroot", str(home / "buildah" / "run"),
@@ -129,9 +129,14 @@ class Builder:
     def _torchdag(self, recipe: Recipe, ref: str, parent: str | None, log: Path) -> None:
         args = [arg for name, value in recipe.inputs["build-args"].items()
                 for arg in ("--build-arg", f"{name}={value}")]
+        # The Dockerfile pip-installs the trainer's own packages: RUN steps reach PyPI as the host
+        # does (its network; its CA bundle, if it names one, where the base's pip looks).
+        _, mounts = host_pip_settings()
+        volumes = [arg for host, _ in mounts for arg in ("--volume", f"{host}:/etc/ssl/certs/ca-certificates.crt:ro")]
         # --format docker: the Dockerfile's SHELL instruction is docker's (OCI images have none).
-        self.buildah("bud", "--quiet", "--format", "docker", "--isolation", "chroot", "--pull-never",
-                     "--build-arg", f"BASE={parent}", *args, "-f", str(DOCKERFILE), "-t", ref, str(REPO_ROOT), log=log)
+        self.buildah("bud", "--quiet", "--format", "docker", "--isolation", "chroot", "--network", "host",
+                     "--pull-never", *volumes, "--build-arg", f"BASE={parent}", *args, "-f", str(DOCKERFILE),
+                     "-t", ref, str(REPO_ROOT), log=log)
 
     def _no_python(self, recipe: Recipe, ref: str, parent: str | None, log: Path) -> None:
         self.buildah("tag", parent, ref)

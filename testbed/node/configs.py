@@ -12,8 +12,8 @@ import yaml
 from .network import Slot
 
 
-def kubelet_config(*, slot: Slot, k: int, port: int, healthz_port: int, runtime_socket: Path, cgroup_root: str,
-                   client_ca: Path) -> str:
+def kubelet_config(*, slot: Slot, address: str, port: int, healthz_port: int, runtime_socket: Path,
+                   cgroup_root: str, client_ca: Path) -> str:
     """The node's KubeletConfiguration. The kubelet runs in the node's mount namespace
     (testbed/node/nodes.py), where /var/lib/kubelet, /var/log/pods and /var/log/containers
     are the node's own: its root dir and log folders keep their defaults."""
@@ -22,7 +22,7 @@ def kubelet_config(*, slot: Slot, k: int, port: int, healthz_port: int, runtime_
         "kind": "KubeletConfiguration",
         # The kubelet API (logs, exec) on the node's own address, where the API server reaches it
         # (the Node's InternalIP); a port of its own, since every node is on this machine.
-        "address": slot.node_ip(k),
+        "address": address,
         "port": port,
         "readOnlyPort": 0,
         "healthzBindAddress": "127.0.0.1",
@@ -67,7 +67,7 @@ def kubelet_config(*, slot: Slot, k: int, port: int, healthz_port: int, runtime_
     return yaml.safe_dump(config, sort_keys=False)
 
 
-def cni_conflist(*, slot: Slot, k: int, ipam_dir: Path) -> str:
+def cni_conflist(*, slot: Slot, k: int, bridge: str, ipam_dir: Path) -> str:
     """The CNI bridge plugin on the node's bridge, host-local addresses of the node's pod subnet.
     The bridge already has the gateway address (testbed/node/network.py): isGateway would have
     the plugin switch on forwarding for the whole machine."""
@@ -77,7 +77,7 @@ def cni_conflist(*, slot: Slot, k: int, ipam_dir: Path) -> str:
         "name": "torchdag",
         "plugins": [{
             "type": "bridge",
-            "bridge": slot.bridge(k),
+            "bridge": bridge,
             "isGateway": False,
             "ipMasq": False,
             "hairpinMode": True,

@@ -163,13 +163,38 @@ def setup_services(slot: Slot) -> None:
         ip("route", "add", "unreachable", str(slot.range))
 
 
-def setup_node(slot: Slot, k: int) -> None:
-    """Node k's bridge with its address and its pods' gateway, forwarding on it, and the
-    policy routing that keeps its pods' packets within the cluster (idempotent)."""
+TEST_RANGE = ipaddress.ip_network("198.18.0.0/15")
+
+
+def local_addresses() -> set[str]:
+    listed = ip("-o", "-4", "addr", "show", check=False).stdout.split()
+    return {word.split("/")[0] for word in listed if "/" in word and word[0].isdigit()}
+
+
+def adoptable(address: str, nic: str) -> str:
+    """Why a values file's address and NIC cannot be a node's own here ("" when they can): the
+    address must be in the test range and on no interface of this machine, the NIC a name no
+    interface has."""
+    try:
+        if ipaddress.ip_address(address) not in TEST_RANGE:
+            return f"{address} is outside {TEST_RANGE}, the only addresses this machine may take"
+    except ValueError:
+        return f"{address!r} is not an IPv4 address"
+    if address in local_addresses():
+        return f"{address} is on this machine already"
+    if not nic or len(nic) > 15 or ip("link", "show", nic, check=False).returncode == 0:
+        return f"an interface {nic} exists on this machine already" if nic else "no nic given"
+    return ""
+
+
+def setup_node(slot: Slot, k: int, bridge: str | None = None, address: str | None = None) -> None:
+    """Node k's bridge (the slot's `td<slot>.<k>`, or `bridge`) with its address (the slot's, or
+    `address`) and its pods' gateway, forwarding on it, and the policy routing that keeps its
+    pods' packets within the cluster (idempotent)."""
     if not 0 <= k < MAX_NODES:
         raise NetworkError(f"a cluster has at most {MAX_NODES} real nodes")
-    bridge = slot.bridge(k)
-    _bridge(bridge, [f"{slot.node_ip(k)}/32", f"{slot.pod_gateway(k)}/{slot.pod_subnet(k).prefixlen}"])
+    bridge = bridge or slot.bridge(k)
+    _bridge(bridge, [f"{address or slot.node_ip(k)}/32", f"{slot.pod_gateway(k)}/{slot.pod_subnet(k).prefixlen}"])
     _sysctl(bridge, "1")
     ip("route", "replace", str(slot.pod_subnet(k)), "dev", bridge, "table", str(slot.table))
     if "default" not in ip("route", "show", "table", str(slot.table)).stdout:
@@ -178,7 +203,8 @@ def setup_node(slot: Slot, k: int) -> None:
         ip("rule", "add", "iif", bridge, "lookup", str(slot.table), "priority", str(slot.table))
 
 
-def remove_node(slot: Slot, k: int) -> None:
-    ip("rule", "del", "iif", slot.bridge(k), "lookup", str(slot.table), check=False)
+def remove_node(slot: Slot, k: int, bridge: str | None = None) -> None:
+    bridge = bridge or slot.bridge(k)
+    ip("rule", "del", "iif", bridge, "lookup", str(slot.table), check=False)
     ip("route", "del", str(slot.pod_subnet(k)), "table", str(slot.table), check=False)
-    ip("link", "del", slot.bridge(k), check=False)
+    ip("link", "del", bridge, check=False)

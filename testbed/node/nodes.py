@@ -54,11 +54,15 @@ class NodeError(RuntimeError):
 
 @dataclass
 class NodeSpec:
-    """What a node is: its name, labels, and Ascend devices (resource name -> count)."""
+    """What a node is: its name, labels, Ascend devices (resource name -> count) and, if it
+    should have them, the address and NIC a values file gives it (taken where this machine
+    allows: network.adoptable; else the cluster's own)."""
 
     name: str
     labels: dict[str, str] = field(default_factory=dict)
     devices: dict[str, int] = field(default_factory=dict)
+    address: str = ""
+    nic: str = ""
 
 
 @dataclass(frozen=True)
@@ -67,6 +71,24 @@ class NodeInfo:
     address: str  # the Node's InternalIP, on its bridge
     nic: str  # the bridge: hostNetwork pods' NIC on this node
     pod_subnet: str
+
+
+def specs_from_values(values_path: str) -> list[NodeSpec]:
+    """A real node for each node of a values file (torchdag's own loader: a bad file is refused
+    as `make check` refuses it): its name, the values' nodeSelector labels, its Ascend devices
+    through the device plugin, its address and NIC if this machine can give them."""
+    from torchdag import pipeline
+    from torchdag.catalog import resource_name
+    from torchdag.plan import make_plan
+
+    values = pipeline.validate(pipeline.load(values_path))
+    specs = []
+    for node in make_plan(values).nodes:
+        resource = resource_name(node.accelerator, values)
+        devices = {resource: node.devices} if resource and resource.startswith("huawei.com/") else {}
+        labels = {**{k: str(v) for k, v in values["nodeSelector"].items()}, "torchdag.io/accelerator": node.accelerator}
+        specs.append(NodeSpec(node.name, labels, devices, node.address, node.nic))
+    return specs
 
 
 def _state(layout: Layout) -> dict:
@@ -107,9 +129,8 @@ class RealNodes:
         return _state(self.layout).get("nodes", {})
 
     def info(self, name: str) -> NodeInfo:
-        k = self.nodes()[name]["k"]
-        slot = self.slot
-        return NodeInfo(name, slot.node_ip(k), slot.bridge(k), str(slot.pod_subnet(k)))
+        node = self.nodes()[name]
+        return NodeInfo(name, node["address"], node["bridge"], str(self.slot.pod_subnet(node["k"])))
 
     def _containerd(self, k: int, sandbox_image: str = "") -> Containerd:
         home = self.home(k)
@@ -117,6 +138,9 @@ class RealNodes:
         # Pods' network namespaces under the node's state folder, where stopping the node finds them.
         cri["netns_mounts_under_state_dir"] = True
         return Containerd(home / "containerd", home / "containerd.sock", cri)
+
+    def running(self, name: str) -> bool:
+        return procs.running(self.layout, f"kubelet-{name}", binary(KUBELET)) is not None
 
     # -- the cluster's services ---------------------------------------------------------------
     def services(self) -> None:
@@ -138,7 +162,10 @@ class RealNodes:
 
     # -- starting -----------------------------------------------------------------------------
     def start(self, specs: list[NodeSpec], store: Store | None = None) -> list[NodeInfo]:
-        """Start these nodes (each only if it is not running) and wait until each is Ready with its devices."""
+        """Start these nodes (each only if it is not running; a running one gets the images it
+        lacks) and wait until each is Ready with its devices."""
+        if not specs:
+            return []
         for binary_name in (KUBELET, PLUGIN):
             if not binary(binary_name).is_file():
                 raise NodeError(f"{binary(binary_name)} is not built: run `make cluster-up`")
@@ -159,7 +186,17 @@ class RealNodes:
             free = [k for k in range(network.MAX_NODES) if k not in taken]
             if not free:
                 raise NodeError(f"a cluster has at most {network.MAX_NODES} real nodes: {', '.join(nodes)}")
-            nodes[spec.name] = {"k": free[0], "port": procs.free_port(), "healthz": procs.free_port()}
+            k, slot = free[0], self.slot
+            address, bridge = slot.node_ip(k), slot.bridge(k)
+            if spec.address or spec.nic:
+                refused = network.adoptable(spec.address, spec.nic)
+                if refused:
+                    self.say(f"node {spec.name}: not {spec.address} on {spec.nic or '-'} ({refused}): "
+                             f"{address} on {bridge}")
+                else:
+                    address, bridge = spec.address, spec.nic
+            nodes[spec.name] = {"k": k, "port": procs.free_port(), "healthz": procs.free_port(),
+                                "address": address, "bridge": bridge}
         nodes[spec.name].update(labels=spec.labels, devices=spec.devices)
         _save(self.layout, state)
         return nodes[spec.name]
@@ -169,9 +206,11 @@ class RealNodes:
         k, slot = node["k"], self.slot
         kubelet_exe = binary(KUBELET)
         if procs.running(self.layout, f"kubelet-{spec.name}", kubelet_exe):
+            # Running: it gets what the store has gained since (this checkout's new images).
+            store.load_into(self._containerd(k), names)
             return
         home = self.home(k)
-        network.setup_node(slot, k)
+        network.setup_node(slot, k, node["bridge"], node["address"])
         cgroup_root = f"/{CGROUP_PARENT}/{slot.index}.{k}"
         _make_cgroup_root(cgroup_root)
         pause = next(public for public, ref in names.items() if "/pause:" in public)
@@ -181,29 +220,30 @@ class RealNodes:
         for folder in ("cni/net.d", "cni/ipam", "runc", "dev", *NODE_PATHS):
             (home / folder).mkdir(parents=True, exist_ok=True)
         (home / "cni" / "net.d" / "10-torchdag.conflist").write_text(
-            configs.cni_conflist(slot=slot, k=k, ipam_dir=home / "cni" / "ipam"))
+            configs.cni_conflist(slot=slot, k=k, bridge=node["bridge"], ipam_dir=home / "cni" / "ipam"))
         containerd.write_config()
         holder = self._namespace(spec.name, home)
         enter = ["nsenter", f"--mount=/proc/{holder}/ns/mnt", "--"]
         if procs.running(self.layout, f"containerd-{spec.name}", Path("/usr/bin/containerd")) is None:
             pid = procs.start(self.layout, f"containerd-{spec.name}", [*enter, *containerd.argv()])
             containerd.wait_serving(lambda: procs.alive(pid), self.layout.log(f"containerd-{spec.name}"))
-        Store.tag(containerd, names)
+        store.load_into(containerd, names)  # a node started again may lack what the store gained
         kubelet_yaml = home / "kubelet.yaml"
         kubelet_yaml.write_text(configs.kubelet_config(
-            slot=slot, k=k, port=node["port"], healthz_port=node["healthz"], runtime_socket=containerd.socket,
-            cgroup_root=cgroup_root, client_ca=self.layout.cert("ca.crt")))
+            slot=slot, address=node["address"], port=node["port"], healthz_port=node["healthz"],
+            runtime_socket=containerd.socket, cgroup_root=cgroup_root, client_ca=self.layout.cert("ca.crt")))
         labels = {"torchdag.io/node": "real", **spec.labels}
         procs.start(self.layout, f"kubelet-{spec.name}", [
             *enter, str(kubelet_exe), f"--config={kubelet_yaml}", f"--kubeconfig={self.layout.kubeconfig}",
-            f"--hostname-override={spec.name}", f"--node-ip={slot.node_ip(k)}",
+            f"--hostname-override={spec.name}", f"--node-ip={node['address']}",
             "--node-labels=" + ",".join(f"{key}={value}" for key, value in sorted(labels.items())), "--v=1"])
         if spec.devices:
             procs.start(self.layout, f"{PLUGIN}-{spec.name}", [
                 *enter, str(binary(PLUGIN)), f"--dev-dir={home / 'dev'}",
                 *[f"--resource={name}={count}" for name, count in sorted(spec.devices.items())]])
-        self.say(f"node {spec.name}: kubelet, containerd{' and the Ascend device plugin' if spec.devices else ''} "
-                 f"started; address {slot.node_ip(k)} on {slot.bridge(k)}, pods {slot.pod_subnet(k)}")
+        devices = "".join(f", {name}={count}" for name, count in sorted(spec.devices.items()))
+        self.say(f"node {spec.name}: address {node['address']}, nic {node['bridge']}, pods {slot.pod_subnet(k)}"
+                 f"{devices} (kubelet, containerd{', Ascend device plugin' if spec.devices else ''})")
 
     def _namespace(self, name: str, home: Path) -> int:
         """The node's mount namespace (its holder's pid): the node's folders over the machine's
@@ -271,7 +311,7 @@ class RealNodes:
         home = self.home(k)
         _unmount_under(home)
         shutil.rmtree(home, ignore_errors=True)
-        network.remove_node(self.slot, k)
+        network.remove_node(self.slot, k, node.get("bridge"))
         state = _state(self.layout)
         state.get("nodes", {}).pop(name, None)
         _save(self.layout, state)

@@ -1,5 +1,6 @@
 """`torchdag diagnose`, `status` and `logs` against the local cluster (issue 28's acceptance):
-faults injected into 2-node jobs run by the process kubelet under Argo's real controller
+faults injected into 2-node jobs on real nodes (the kubelet, containerd, runc; torchdag's image)
+under Argo's real controller
 (tests/diagnose_faults.py: a raise after N steps, a SIGKILL, a SIGSTOP hang; the master port
 taken; a NIC that does not exist), a job whose second host matches no Node, `kubectl logs`
 through the kubelet API, and bad input. One cluster and two hosts: the hang and the unscheduled job
@@ -17,24 +18,36 @@ from datetime import datetime
 import pytest
 import yaml
 from e2e_helpers import rank_of
+from realnodes_helpers import TORCHDAG_IMAGE
 
 from helpers import REPO, free_port
 
 pytestmark = [pytest.mark.go, pytest.mark.torch, pytest.mark.e2e]
-FAULTS = "/opt/torchdag/tests/diagnose_faults.py"  # the kubelet maps /opt/torchdag to this checkout
+FAULTS = "/opt/torchdag/tests/diagnose_faults.py"  # the checkout's tests/, a hostPath volume of the job
+# the trainer image's trainer/ and the fault injector from this checkout's tests/, on every node
+TESTS_VOLUME = {"name": "faults", "mountPath": "/opt/torchdag/tests", "readOnly": True,
+                "hostPath": {"path": str(REPO / "tests"), "type": "Directory"}}
+NOWHERE = {"address": "198.18.255.254", "nic": "eth0"}  # the unscheduled job's host, never placed
 SCHEDULE_TIMEOUT = 60
 WATCH_POLL = 5  # the watch's default --poll
 
 
 def values_for(job, hosts: list[str], fault: str, port: int, extra: dict | None = None) -> dict:
-    return {"name": f"diag-{fault}", "namespace": job.namespace, "image": "registry.example.com/torchdag/trainer:0.1",
+    def where(host: str) -> dict:
+        if host not in job.nodes.started:
+            return NOWHERE
+        info = job.nodes.info(host)
+        return {"address": info.address, "nic": info.nic}
+
+    return {"name": f"diag-{fault}", "namespace": job.namespace, "image": TORCHDAG_IMAGE,
             "script": FAULTS, "args": ["--type", "example", "--max-steps", "400", "--log-every", "5"],
             "port": port, "env": {"TORCHDAG_FAULT": fault, "TORCHDAG_FAULT_RANK": "1", "TORCHDAG_FAULT_STEP": "5",
                                   "TORCHDAG_STALL_REPORT": "2"},
             # the port job's rank 1 is refused until its rendezvous timeout: 20 s, not a minute of TCPStore retries
             "timeouts": {"rendezvous": 20 if fault == "port" else 60, "processGroup": 40 if fault == "stop" else 15,
                          "workflowDeadline": 600},
-            "nodes": [{"name": host, "devices": 1, **({"master": True} if i == 0 else {})}
+            "workflow": {"podGC": ""}, "volumes": [TESTS_VOLUME],
+            "nodes": [{"name": host, "devices": 1, **where(host), **({"master": True} if i == 0 else {})}
                       for i, host in enumerate(hosts)], **(extra or {})}
 
 
@@ -66,12 +79,7 @@ def diagnosis(job, name: str) -> dict:
 
 
 def test_diagnose_status_and_logs_name_the_failed_rank_its_cause_and_fix(job):
-    a, b = job.hosts[0], job.hosts[1]
-    registered = values_for(job, [a, b], "none", free_port())
-    hosts_file = job.dir / "hosts.yaml"
-    hosts_file.write_text(yaml.safe_dump(registered, sort_keys=False))
-    job.used = 2
-    job.start(hosts_file, "--cpu")
+    a, b = (host.name for host in job.use("cpu-0", "cpu-1"))
     taken_port = free_port()
     holder = socket.socket()
     # bound, not listening: the master's bind fails (EADDRINUSE) and rank 1's connects are refused until its
@@ -121,11 +129,11 @@ def test_diagnose_status_and_logs_name_the_failed_rank_its_cause_and_fix(job):
                 json.dumps(result, indent=1)
             assert words in first["cause"] + " ".join(first["evidence"]) and first["fix"], first
 
-        # kubectl logs through the process kubelet's API; status; logs --rank 1
+        # kubectl logs through the node's kubelet API; status; logs --rank 1
         raised = names["raise"]
         pod0 = next(p for p in job.pods(raised) if rank_of(p) == 0)
         kubectl = job.cluster.kubectl("logs", "-n", job.namespace, pod0["metadata"]["name"], "-c", "main")
-        assert kubectl.stdout == job.log(pod0) and "[trainer] step 5/400" in kubectl.stdout
+        assert "[trainer] step 5/400" in kubectl.stdout, kubectl.stdout[-2000:]
         status, _ = torchdag(job, "status", raised)
         assert status.returncode == 0, status.stderr
         rows = status.stdout.splitlines()

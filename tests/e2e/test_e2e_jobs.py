@@ -1,19 +1,16 @@
 """Rendered CPU jobs under the real Argo controller (issue 17, points 1 and 2): the real
-scheduler binds each pod to its pinned host, the process kubelet runs real torchrun jobs,
-and the Workflow ends as Argo decides."""
+scheduler binds each pod to its pinned host, real nodes (the kubelet, containerd and runc)
+run torchdag's image (its Dockerfile's), and the Workflow ends as Argo decides."""
 
 from __future__ import annotations
 
 import json
 import re
-import sys
-from pathlib import Path
 
 import pytest
+import yaml
 from e2e_helpers import checkpoint_nodes, pinned_host, rank_of
 
-from testbed.cluster import procs
-from testbed.cluster.layout import Layout
 from trainer import checkpoint
 
 pytestmark = [pytest.mark.go, pytest.mark.torch, pytest.mark.e2e]
@@ -22,24 +19,24 @@ pytestmark = [pytest.mark.go, pytest.mark.torch, pytest.mark.e2e]
 @pytest.mark.parametrize("devices", [[1, 2], [2, 1, 1]], ids=["2-nodes", "3-nodes-uneven"])
 def test_a_cpu_job_succeeds_with_every_rank_on_its_pinned_host(job, devices):
     """The master is listed last: rank 0 is whichever node says `master: true`."""
-    nodes = [{"address": f"198.18.7.{i + 1}", "nic": "eth7", "devices": n} for i, n in enumerate(devices)]
+    nodes = [{"devices": n} for n in devices]
     nodes[-1]["master"] = True
     metrics = job.dir / "metrics.json"
     values = job.values(nodes, ["--type", "example", "--max-steps", "30", "--log-every", "10",
                                 "--checkpoint-dir", str(job.dir / "ckpt-{node_rank}"),
                                 "--checkpoint-storage", "node-local", "--metrics-file", str(metrics)])
-    job.start(values)
     name = job.submit(job.render(values))
     wf = job.wait_finished(name, timeout=300)
     assert wf["status"]["phase"] == "Succeeded", job.explain(name)
     pods = {rank_of(pod): pod for pod in job.pods(name) if rank_of(pod) is not None}
     assert sorted(pods) == list(range(len(devices)))
-    master_host = job.hosts[len(devices) - 1]
+    hosts = [host.name for host in job.hosts[:len(devices)]]
+    master_host = hosts[-1]
     for rank, pod in pods.items():
         # The scheduler bound the pod to the host its affinity pins, and the host of rank r
         # is the r-th node in rank order (the master first, then the others as listed).
         assert pod["spec"]["nodeName"] == pinned_host(pod)
-        expected = master_host if rank == 0 else [h for h in job.hosts[:len(devices)] if h != master_host][rank - 1]
+        expected = master_host if rank == 0 else [h for h in hosts if h != master_host][rank - 1]
         assert pod["spec"]["nodeName"] == expected
         # GROUP_RANK of the node's torchrun is the pod's node rank: its checkpoint says so.
         assert checkpoint_nodes(job.log(pod)) == {rank}, job.log(pod)[-2000:]
@@ -53,8 +50,7 @@ def test_a_deleted_pod_restarts_the_whole_job_which_resumes_from_its_checkpoint(
     """failurePolicy.maxRestarts: deleting one node's pod after the first checkpoint makes
     Argo run the DAG's second attempt; every node resumes from the checkpoint and the job
     ends Succeeded at the exact step count."""
-    nodes = [{"address": "198.18.8.1", "nic": "eth8", "devices": 1, "master": True},
-             {"address": "198.18.8.2", "nic": "eth8", "devices": 1}]
+    nodes = [{"devices": 1, "master": True}, {"devices": 1}]
     metrics = job.dir / "metrics.json"
     # A few seconds of training past the first checkpoint, as in test_e2e_elastic.py: enough for
     # the deletion to meet a running job, and the second attempt only trains what is left.
@@ -63,7 +59,6 @@ def test_a_deleted_pod_restarts_the_whole_job_which_resumes_from_its_checkpoint(
                                 "--checkpoint-dir", str(job.dir / "ckpt"), "--checkpoint-every", str(every),
                                 "--metrics-file", str(metrics)],
                         extra="failurePolicy: {maxRestarts: 2, backoffSeconds: 1, recovery: job}\n")
-    job.start(values)
     name = job.submit(job.render(values))
     job.cluster.wait_for("the first checkpoint", lambda: checkpoint.list_checkpoints(str(job.dir / "ckpt")),
                          timeout=240, every=0.2)
@@ -84,21 +79,35 @@ def test_a_deleted_pod_restarts_the_whole_job_which_resumes_from_its_checkpoint(
     assert second and re.search(r"^\[trainer\] resumed from checkpoint .* at step \d+$", job.log(second[0]), re.M)
 
 
-def test_the_users_path_cluster_nodes_then_cluster_kubelet_then_kubectl_create(job):
-    """docs/e2e.md's steps: `cluster-nodes`, `cluster-kubelet` (the kubelet in the background
-    for every registered Node), render, `kubectl create`: the job ends Succeeded."""
-    nodes = [{"address": "198.18.11.1", "nic": "eth11", "devices": 2, "master": True},
-             {"address": "198.18.11.2", "nic": "eth11", "devices": 1}]
-    values = job.values(nodes, ["--type", "example", "--max-steps", "20", "--log-every", "10"])
-    assert job.cluster.command("nodes", str(values)).returncode == 0
-    started = job.cluster.command("kubelet", "--cpu")
-    assert started.returncode == 0 and "process kubelet started" in started.stdout, started.stdout + started.stderr
+def test_the_users_path_cluster_nodes_then_kubectl_create(job):
+    """docs/nodes.md's steps: `cluster-nodes` starts the values file's nodes as real nodes (each
+    given its address and NIC, which the values file then names), render, `kubectl create`: the
+    job ends Succeeded. Run again, `cluster-nodes` finds the nodes running."""
+    named = [f"user-{i}" for i in range(2)]
+    values = job.values([{"devices": 2, "master": True}, {"devices": 1}], ["--type", "example", "--max-steps", "20",
+                                                                          "--log-every", "10"])
+    body = yaml.safe_load(values.read_text())
+    for node, host in zip(body["nodes"], named):
+        node.update(name=host, address="198.18.0.1", nic="eth0")  # as written before the nodes exist
+    values.write_text(yaml.safe_dump(body, sort_keys=False))
     try:
-        again = job.cluster.command("kubelet", "--cpu")
-        assert "the process kubelet is running already" in again.stdout
+        started = job.cluster.command("nodes", str(values))
+        assert started.returncode == 0, started.stdout + started.stderr
+        # each node's line: name, address and NIC, for the values file
+        lines = {line.split()[1].rstrip(":"): line.split() for line in started.stdout.splitlines()
+                 if line.startswith("node user-")}
+        assert sorted(lines) == named, started.stdout
+        for node, host in zip(body["nodes"], named):
+            info = job.nodes.info(host)
+            assert f"address {info.address}" in " ".join(lines[host]) and info.nic in lines[host], started.stdout
+            node.update(address=info.address, nic=info.nic)
+        values.write_text(yaml.safe_dump(body, sort_keys=False))
+        again = job.cluster.command("nodes", str(values))
+        assert again.returncode == 0 and "running already" in again.stdout, again.stdout + again.stderr
         name = job.submit(job.render(values))
         wf = job.wait_finished(name, timeout=300)
-        assert wf["status"]["phase"] == "Succeeded", job.explain(name) + (job.cluster.dir / "logs" /
-                                                                          "kubelet.log").read_text()[-3000:]
+        assert wf["status"]["phase"] == "Succeeded", job.explain(name)
+        assert {p["spec"]["nodeName"] for p in job.pods(name) if rank_of(p) is not None} == set(named)
     finally:
-        assert procs.stop(Layout.of(str(job.cluster.dir)), "kubelet", Path(sys.executable), grace=30) == "terminated"
+        for host in named:
+            job.nodes.stop(host)

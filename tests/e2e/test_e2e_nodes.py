@@ -32,40 +32,40 @@ dist.destroy_process_group()
 """
 
 
-def user_job(real_job, count: int, extra: str = "", image: str = USER_IMAGE) -> str:
-    (real_job.dir / "train.py").write_text(USER_SCRIPT)
-    values = real_job.values([{"devices": 1, **({"master": True} if i == 0 else {})} for i in range(count)], [],
-                             extra=extra, image=image, script=str(real_job.dir / "train.py"))
-    return real_job.submit(real_job.render(values))
+def user_job(job, count: int, extra: str = "", image: str = USER_IMAGE) -> str:
+    (job.dir / "train.py").write_text(USER_SCRIPT)
+    values = job.values([{"devices": 1, **({"master": True} if i == 0 else {})} for i in range(count)], [],
+                             extra=extra, image=image, script=str(job.dir / "train.py"))
+    return job.submit(job.render(values))
 
 
-def test_a_users_image_without_torchdag_files_trains_to_succeeded(real_job):
-    name = user_job(real_job, 2)
-    wf = real_job.wait_finished(name, timeout=300)
-    assert wf["status"]["phase"] == "Succeeded", real_job.explain(name)
-    logs = "\n".join(real_job.log(pod) for pod in real_job.pods(name))
+def test_a_users_image_without_torchdag_files_trains_to_succeeded(job):
+    name = user_job(job, 2)
+    wf = job.wait_finished(name, timeout=300)
+    assert wf["status"]["phase"] == "Succeeded", job.explain(name)
+    logs = "\n".join(job.log(pod) for pod in job.pods(name))
     for rank in (0, 1):
         assert f"[user] rank {rank}: sum 3; trainer in image: False" in logs, logs[-3000:]
 
 
-def test_a_helper_the_workflow_does_not_carry_fails_as_in_a_real_container(real_job):
+def test_a_helper_the_workflow_does_not_carry_fails_as_in_a_real_container(job):
     """agents.fromWorkflow: false leaves the helpers to the image; a user's image has none, so
     torchrun's workers cannot open the error-recording runner, as on a cluster."""
-    name = user_job(real_job, 1, extra="agents: {fromWorkflow: false}\n")
-    wf = real_job.wait_finished(name, timeout=300)
-    assert wf["status"]["phase"] == "Failed", real_job.explain(name)
-    (pod,) = [p for p in real_job.pods(name) if p["metadata"]["labels"].get("torchdag.io/node-rank") == "0"]
-    log = real_job.log(pod)
+    name = user_job(job, 1, extra="agents: {fromWorkflow: false}\n")
+    wf = job.wait_finished(name, timeout=300)
+    assert wf["status"]["phase"] == "Failed", job.explain(name)
+    (pod,) = [p for p in job.pods(name) if p["metadata"]["labels"].get("torchdag.io/node-rank") == "0"]
+    log = job.log(pod)
     assert "can't open file '/opt/torchdag/trainer/agents/record.py': [Errno 2] No such file or directory" in log, log
 
 
-def test_an_image_without_python3_fails_saying_what_is_missing(real_job):
-    name = user_job(real_job, 1, image=NO_PYTHON_IMAGE)
-    wf = real_job.wait_finished(name, timeout=300)
-    assert wf["status"]["phase"] in ("Failed", "Error"), real_job.explain(name)
-    (pod,) = [p for p in real_job.pods(name) if p["metadata"]["labels"].get("torchdag.io/node-rank") == "0"]
+def test_an_image_without_python3_fails_saying_what_is_missing(job):
+    name = user_job(job, 1, image=NO_PYTHON_IMAGE)
+    wf = job.wait_finished(name, timeout=300)
+    assert wf["status"]["phase"] in ("Failed", "Error"), job.explain(name)
+    (pod,) = [p for p in job.pods(name) if p["metadata"]["labels"].get("torchdag.io/node-rank") == "0"]
     (main,) = [c for c in pod["status"]["containerStatuses"] if c["name"] == "main"]
-    said = real_job.log(pod) + json.dumps(main["state"])
+    said = job.log(pod) + json.dumps(main["state"])
     assert "torchrun" in said and ("not found" in said or "no such file" in said.lower()), said
 
 
@@ -83,25 +83,25 @@ print(f"[device] opened {device} read-write", flush=True)
 
 
 @pytest.mark.parametrize("group", ["1000", "null"], ids=["with-the-device-group", "without"])
-def test_a_root_container_without_capabilities_opens_an_npu_only_through_the_device_group(real_job, group):
+def test_a_root_container_without_capabilities_opens_an_npu_only_through_the_device_group(job, group):
     """The Ascend device plugin hands out /dev/davinciN as Huawei's does (HwHiAiUser 1000:1000,
     mode 0660); the user's image runs as root with every capability dropped (the rendered
     securityContext): ascend.deviceGroup's supplementalGroups open the device, nothing else does."""
-    (host,) = real_job.use("a910-8")
-    (real_job.dir / "train.py").write_text(DEVICE_SCRIPT)
-    values = real_job.values([{"accelerator": "ascend910", "devices": 1, "master": True}], [], image=USER_IMAGE,
-                             script=str(real_job.dir / "train.py"), backend="gloo",
+    (host,) = job.use("a910-8")
+    (job.dir / "train.py").write_text(DEVICE_SCRIPT)
+    values = job.values([{"accelerator": "ascend910", "devices": 1, "master": True}], [], image=USER_IMAGE,
+                             script=str(job.dir / "train.py"), backend="gloo",
                              extra=f"ascend: {{mountDriver: false, setEnvScript: '', deviceGroup: {group}}}\n")
-    name = real_job.submit(real_job.render(values))
-    wf = real_job.wait_finished(name, timeout=300)
-    (pod,) = [p for p in real_job.pods(name) if p["metadata"]["labels"].get("torchdag.io/node-rank") == "0"]
-    log = real_job.log(pod)
+    name = job.submit(job.render(values))
+    wf = job.wait_finished(name, timeout=300)
+    (pod,) = [p for p in job.pods(name) if p["metadata"]["labels"].get("torchdag.io/node-rank") == "0"]
+    log = job.log(pod)
     assert "char True, 1000:1000, mode 660; uid 0" in log and "CapEff 0000000000000000" in log, log
     if group == "1000":
-        assert wf["status"]["phase"] == "Succeeded" and "[device] opened /dev/davinci" in log, real_job.explain(name)
+        assert wf["status"]["phase"] == "Succeeded" and "[device] opened /dev/davinci" in log, job.explain(name)
         assert "groups [0, 1000]" in log, log
     else:
-        assert wf["status"]["phase"] == "Failed", real_job.explain(name)
+        assert wf["status"]["phase"] == "Failed", job.explain(name)
         assert "PermissionError: [Errno 13] Permission denied: '/dev/davinci" in log, log
 
 
@@ -125,36 +125,36 @@ if __name__ == "__main__":
 """
 
 
-def test_a_cpu_limit_is_the_containers_cfs_quota_and_kubectl_exec_reaches_it(real_job):
+def test_a_cpu_limit_is_the_containers_cfs_quota_and_kubectl_exec_reaches_it(job):
     """A node's CPU limit becomes its container's CFS quota: eight busy processes are
     throttled to it. `kubectl exec` (API server -> kubelet -> containerd's streaming server)
     reads the container's cgroup while it runs, and ends it."""
-    (real_job.dir / "train.py").write_text(CPU_SCRIPT)
-    values = real_job.values([{"devices": 1, "master": True, "resources": {"limits": {"cpu": "300m"}}}], [],
-                             image=USER_IMAGE, script=str(real_job.dir / "train.py"),
-                             env={"DONE": str(real_job.dir / "done")})
-    name = real_job.submit(real_job.render(values))
+    (job.dir / "train.py").write_text(CPU_SCRIPT)
+    values = job.values([{"devices": 1, "master": True, "resources": {"limits": {"cpu": "300m"}}}], [],
+                             image=USER_IMAGE, script=str(job.dir / "train.py"),
+                             env={"DONE": str(job.dir / "done")})
+    name = job.submit(job.render(values))
 
     def spinning():
-        pods = [p for p in real_job.pods(name) if p["metadata"]["labels"].get("torchdag.io/node-rank") == "0"]
-        return pods[0] if pods and "[cpu] spinning" in real_job.log(pods[0]) else None
+        pods = [p for p in job.pods(name) if p["metadata"]["labels"].get("torchdag.io/node-rank") == "0"]
+        return pods[0] if pods and "[cpu] spinning" in job.log(pods[0]) else None
 
-    pod = real_job.cluster.wait_for("the rank to spin", spinning, timeout=300, every=2)
+    pod = job.cluster.wait_for("the rank to spin", spinning, timeout=300, every=2)
     pod_name = pod["metadata"]["name"]
-    read = exec_in(real_job.cluster, real_job.namespace, pod_name, "main", "cat",
+    read = exec_in(job.cluster, job.namespace, pod_name, "main", "cat",
                    "/sys/fs/cgroup/cpu/cpu.cfs_quota_us", "/sys/fs/cgroup/cpu/cpu.cfs_period_us")
     assert read.returncode == 0 and read.stdout.split() == ["30000", "100000"], read.stderr + read.stdout
 
     def throttled():
-        stat = exec_in(real_job.cluster, real_job.namespace, pod_name, "main", "cat", "/sys/fs/cgroup/cpu/cpu.stat")
+        stat = exec_in(job.cluster, job.namespace, pod_name, "main", "cat", "/sys/fs/cgroup/cpu/cpu.stat")
         fields = dict(line.split() for line in stat.stdout.splitlines())
         return int(fields.get("nr_throttled", 0)) > 0
 
-    real_job.cluster.wait_for("the kernel to throttle the container", throttled, timeout=120, every=3)
-    assert exec_in(real_job.cluster, real_job.namespace, pod_name, "main", "touch",
-                   str(real_job.dir / "done")).returncode == 0
-    real_job.wait_finished(name, timeout=300)
-    assert "[cpu] done" in real_job.log(pod), real_job.explain(name)
+    job.cluster.wait_for("the kernel to throttle the container", throttled, timeout=120, every=3)
+    assert exec_in(job.cluster, job.namespace, pod_name, "main", "touch",
+                   str(job.dir / "done")).returncode == 0
+    job.wait_finished(name, timeout=300)
+    assert "[cpu] done" in job.log(pod), job.explain(name)
 
 
 OOM_SCRIPT = """
@@ -166,74 +166,74 @@ for step in range(1, 200):
 """
 
 
-def test_a_memory_limit_kills_the_rank_that_passes_it_and_diagnose_names_it(real_job):
-    (real_job.dir / "train.py").write_text(OOM_SCRIPT)
-    values = real_job.values([{"devices": 1, "master": True, "resources": {"limits": {"memory": "1Gi"}}}], [],
-                             image=USER_IMAGE, script=str(real_job.dir / "train.py"))
-    name = real_job.submit(real_job.render(values))
-    wf = real_job.wait_finished(name, timeout=300)
-    assert wf["status"]["phase"] == "Failed", real_job.explain(name)
-    (pod,) = [p for p in real_job.pods(name) if p["metadata"]["labels"].get("torchdag.io/node-rank") == "0"]
+def test_a_memory_limit_kills_the_rank_that_passes_it_and_diagnose_names_it(job):
+    (job.dir / "train.py").write_text(OOM_SCRIPT)
+    values = job.values([{"devices": 1, "master": True, "resources": {"limits": {"memory": "1Gi"}}}], [],
+                             image=USER_IMAGE, script=str(job.dir / "train.py"))
+    name = job.submit(job.render(values))
+    wf = job.wait_finished(name, timeout=300)
+    assert wf["status"]["phase"] == "Failed", job.explain(name)
+    (pod,) = [p for p in job.pods(name) if p["metadata"]["labels"].get("torchdag.io/node-rank") == "0"]
     (main,) = [c for c in pod["status"]["containerStatuses"] if c["name"] == "main"]
     terminated = main["state"]["terminated"]
     # cgroup v1 (this machine): the kernel kills the process past the limit, the rank, with
     # SIGKILL (-9, 128+9 = 137 to a shell); torchrun then fails (exit 1). containerd saw the
     # cgroup's OOM event: the container's reason is OOMKilled.
-    assert terminated["reason"] == "OOMKilled", real_job.explain(name)
-    log = real_job.log(pod)
+    assert terminated["reason"] == "OOMKilled", job.explain(name)
+    log = job.log(pod)
     assert "exitcode  : -9" in log and "Signal 9 (SIGKILL) received by PID" in log, log[-3000:]
     # diagnose names both: the rank's SIGKILL (its log) and the container's OOMKilled (its state)
-    found = diagnose(real_job, name)
+    found = diagnose(job, name)
     named = {(f["signature"], f["rank"]) for f in [found["first"], *found["others"]]}
     assert {("oom-killed", 0), ("worker-killed", 0)} <= named, json.dumps(found, indent=1)
 
 
-def diagnose(real_job, name: str) -> dict:
-    done = subprocess.run([sys.executable, "-m", "torchdag", "diagnose", name, "-n", real_job.namespace,
-                           "--kubeconfig", str(real_job.cluster.kubeconfig), "--json"], cwd=REPO,
+def diagnose(job, name: str) -> dict:
+    done = subprocess.run([sys.executable, "-m", "torchdag", "diagnose", name, "-n", job.namespace,
+                           "--kubeconfig", str(job.cluster.kubeconfig), "--json"], cwd=REPO,
                           capture_output=True, text=True, timeout=120)
     assert done.returncode in (0, 1), done.stderr
     return json.loads(done.stdout)
 
 
-def test_a_missing_host_file_keeps_the_pod_creating_with_failed_mount_and_diagnose_names_it(real_job):
+def test_a_missing_host_file_keeps_the_pod_creating_with_failed_mount_and_diagnose_names_it(job):
     """An Ascend job that mounts the driver from the host (ascend.mountDriver, the default): this
     machine has no /usr/local/bin/npu-smi (some hosts have it elsewhere), a `type: File` hostPath,
     so the kubelet never starts the pod (FailedMount; ContainerCreating, or Init:0/1 for a pod
     with an init container, as Argo's are)."""
-    real_job.use("a910-8")
-    (real_job.dir / "train.py").write_text("print('never runs')\n")
-    values = real_job.values([{"accelerator": "ascend910", "devices": 1, "master": True}], [], image=USER_IMAGE,
-                             script=str(real_job.dir / "train.py"), backend="gloo")
-    name = real_job.submit(real_job.render(values))
+    job.use("a910-8")
+    (job.dir / "train.py").write_text("print('never runs')\n")
+    values = job.values([{"accelerator": "ascend910", "devices": 1, "master": True}], [], image=USER_IMAGE,
+                             script=str(job.dir / "train.py"), backend="gloo")
+    name = job.submit(job.render(values))
 
     def failed_mount():
-        pods = [p for p in real_job.pods(name) if p["metadata"]["labels"].get("torchdag.io/node-rank") == "0"]
+        pods = [p for p in job.pods(name) if p["metadata"]["labels"].get("torchdag.io/node-rank") == "0"]
         if not pods:
             return None
-        said = [e["message"] for e in events(real_job.cluster, real_job.namespace, pods[0]["metadata"]["name"])
+        said = [e["message"] for e in events(job.cluster, job.namespace, pods[0]["metadata"]["name"])
                 if e.get("reason") == "FailedMount"]
         return (pods[0], said) if any("/usr/local/bin/npu-smi is not a file" in m for m in said) else None
 
     try:
-        pod, said = real_job.cluster.wait_for("FailedMount for npu-smi", failed_mount, timeout=240, every=2)
+        pod, said = job.cluster.wait_for("FailedMount for npu-smi", failed_mount, timeout=240, every=2)
         # the kubelet's words (v1.37): "hostPath type check failed, <path> is not a file, ..."
         assert any('MountVolume.SetUp failed for volume "ascend-npu-smi" : hostPath type check failed, '
                    "/usr/local/bin/npu-smi is not a file" in m for m in said), said
-        pod = real_job.cluster.get("pod", pod["metadata"]["name"], "-n", real_job.namespace)
+        pod = job.cluster.get("pod", pod["metadata"]["name"], "-n", job.namespace)
         # An Argo pod has an init container: kubectl shows Init:0/1 where a pod without one shows
         # ContainerCreating; either way no sandbox is made until every volume mounts.
         (init,) = pod["status"]["initContainerStatuses"]
         sandbox = next(c for c in pod["status"]["conditions"] if c["type"] == "PodReadyToStartContainers")
         assert pod["status"]["phase"] == "Pending" and init["state"]["waiting"]["reason"] == "PodInitializing", pod
         assert sandbox["status"] == "False" and sandbox["message"] == "no pod sandbox exists", sandbox
-        shown = real_job.cluster.kubectl("get", "pod", "-n", real_job.namespace, pod["metadata"]["name"]).stdout
+        shown = job.cluster.kubectl("get", "pod", "-n", job.namespace, pod["metadata"]["name"]).stdout
         assert " Init:0/1 " in shown, shown
-        found = diagnose(real_job, name)
+        found = diagnose(job, name)
         first = found["first"]
         # the generic failed-mount, or a signature for a host path the host lacks, if diagnose has one
         assert first["signature"] in ("hostpath-missing", "failed-mount") and first["rank"] == 0, found
         assert any(e.startswith("FailedMount: ") and "hostPath type check failed, " in e for e in first["evidence"])
     finally:
-        real_job.cluster.kubectl("patch", "workflow", name, "-n", real_job.namespace, "--type", "merge",
+        job.cluster.kubectl("patch", "workflow", name, "-n", job.namespace, "--type", "merge",
                                  "-p", '{"spec":{"shutdown":"Terminate"}}', check=False)

@@ -1,6 +1,6 @@
 """Argo's node status offload on the local cluster's PostgreSQL (testbed/cluster/postgres.py):
-a Workflow past Argo's 1 MiB, rendered with workflow.nodeStatusOffload, runs through a
-whole-job restart to Succeeded, its node status kept in the database
+a Workflow past Argo's 1 MiB, rendered with workflow.nodeStatusOffload, runs on real nodes
+through a whole-job restart to Succeeded, its node status kept in the database
 (status.offloadNodeStatusVersion) instead of the object."""
 
 from __future__ import annotations
@@ -9,22 +9,39 @@ import json
 
 import pytest
 import yaml
-from e2e_helpers import job, rank_of  # noqa: F401 (a fixture)
+from e2e_helpers import rank_of
+from realnodes_helpers import USER_IMAGE
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.go, pytest.mark.e2e]
 LIMIT = 1048576  # Argo v4.0.5's MAX_WORKFLOW_SIZE
+# The first attempt all-reduces until a peer goes (a deleted pod), then fails; the second
+# all-reduces once and ends.
+SCRIPT = """
+import os, time
+import torch
+import torch.distributed as dist
+
+dist.init_process_group("gloo")
+attempt = int(os.environ.get("TORCHDAG_RESTART") or 0)
+steps = 0
+while attempt == 0 or steps < 1:
+    dist.all_reduce(torch.ones(1))
+    steps += 1
+    time.sleep(0.5)
+print(f"[offload] attempt {attempt}: {steps} steps", flush=True)
+"""
 
 
 def json_size(obj: dict) -> int:
     return len(json.dumps(obj, separators=(",", ":")))
 
 
-def test_a_workflow_past_1_mib_offloads_its_node_status_through_a_restart(job):  # noqa: F811
-    nodes = [{"address": f"198.18.9.{i + 1}", "nic": "eth9", "devices": 1, **({"master": True} if i == 0 else {})}
-             for i in range(3)]
-    values = job.values(nodes, ["--type", "example"],
-                        extra="failurePolicy: {maxRestarts: 1, backoffSeconds: 1, recovery: job}\n"
-                              "workflow: {nodeStatusOffload: true}\n")
+def test_a_workflow_past_1_mib_offloads_its_node_status_through_a_restart(job):
+    nodes = [{"devices": 1, **({"master": True} if i == 0 else {})} for i in range(3)]
+    (job.dir / "train.py").write_text(SCRIPT)
+    values = job.values(nodes, [], extra="failurePolicy: {maxRestarts: 1, backoffSeconds: 1, recovery: job}\n",
+                        image=USER_IMAGE, script=str(job.dir / "train.py"),
+                        workflow={"podGC": "", "nodeStatusOffload": True})
     workflow = next(d for d in yaml.safe_load_all(job.render(values).read_text()) if d)
     # A workflow parameter nothing reads stands for a larger job's spec: the spec just under
     # the limit (Argo's own check, which render.py's guard mirrors), so that the status of
@@ -34,7 +51,6 @@ def test_a_workflow_past_1_mib_offloads_its_node_status_through_a_restart(job): 
     assert LIMIT - 700 < json_size(workflow) < LIMIT
     path = job.dir / "padded.json"
     path.write_text(json.dumps(workflow))
-    job.start(values, "--no-exec", "--no-exec-seconds", "60")
     name = job.submit(path)
 
     def running():

@@ -20,7 +20,8 @@ from testbed.localrun import Job
 from testbed.runtime import Options
 from torchdag import pipeline
 
-pytestmark = [pytest.mark.go, pytest.mark.e2e]
+# The process kubelet's own tests stay on it (docs/kubelet.md: what it is for): the real nodes take no pods meanwhile.
+pytestmark = [pytest.mark.go, pytest.mark.e2e, pytest.mark.usefixtures("real_nodes_cordoned")]
 MAPS = [("/code", "/srv/code"), ("/workspace", "/srv/ws")]
 NODE_NAME = "workflows.argoproj.io/node-name"
 

@@ -1,146 +1,133 @@
-"""The pod network on a real control plane (go and torch tiers): a namespace that enforces
-Pod Security baseline, Argo's real controller and executor, the process kubelet
-(docs/kubelet.md) running the pods. A pod-network job trains to the end there, its Service
-applied by argoexec and owned by the Workflow, its EndpointSlice (the real controller's)
-naming exactly the run's node pods by their hostnames; a host-network job is refused with
-Kubernetes' own message. Stand-in: the kubelet runs every pod on this machine and maps the
-master's address to 127.0.0.1 (as `make smoke` does), so the DNS name itself is resolved in
-tests/agents/test_preflight_dns.py, not here: no cluster DNS runs."""
+"""The pod network on real nodes (testbed/node): a namespace that enforces Pod Security
+baseline, Argo's real controller and executor, pods in network namespaces of their own with
+addresses from the CNI bridge plugin, names from the cluster's CoreDNS. A pod-network job
+trains to the end there: its headless Service applied by argoexec and owned by the Workflow,
+its EndpointSlice naming exactly the run's node pods by their hostnames and pod addresses,
+rank 0's name resolved by preflight through CoreDNS. An Ascend pod beside a CPU pod gets
+HCCL_IF_IP from the downward API, its own pod address. A host-network job is refused with
+Kubernetes' own message."""
 
 from __future__ import annotations
 
+import ipaddress
+import json
+
 import pytest
-import yaml
-from kubelet_cluster_helpers import KubeletProcess, delete_nodes, dump, kubeconfig_for, register_nodes, unique, wait_for
+from realnodes_helpers import USER_IMAGE
 
-from helpers import REPO, free_port
-from testbed.kube import Kube
-from torchdag import pipeline
-
-pytestmark = [pytest.mark.go, pytest.mark.torch, pytest.mark.e2e]  # the control plane and Argo from Go; real torchrun
-ARGOEXEC = REPO / ".tools" / "bin" / "argoexec"
-# What Argo's executor does, and what the `service` task needs (the chart's rbac.create grants the same).
-RULES = [{"apiGroups": [""], "resources": ["pods", "configmaps"], "verbs": ["get", "list", "create", "patch"]},
-         {"apiGroups": [""], "resources": ["services"], "verbs": ["get", "create", "patch"]},
-         {"apiGroups": ["argoproj.io"], "resources": ["workflowtaskresults"], "verbs": ["create", "patch"]},
-         {"apiGroups": ["argoproj.io"], "resources": ["workflows"], "verbs": ["get", "patch"]}]
+pytestmark = [pytest.mark.go, pytest.mark.e2e]  # the control plane, Argo and the nodes from Go; torch in the images
 
 
-@pytest.fixture(scope="module")
-def kube(request):
-    return Kube(str(kubeconfig_for(request)))
+def enforce_baseline(job) -> None:
+    job.cluster.kubectl("label", "namespace", job.namespace, "pod-security.kubernetes.io/enforce=baseline",
+                             "pod-security.kubernetes.io/enforce-version=latest")
 
 
-@pytest.fixture
-def baseline(request, kube, tmp_path):
-    """Three Nodes of this test, a namespace enforcing Pod Security baseline whose default
-    ServiceAccount may do what the Workflow needs, and the kubelet serving the Nodes."""
-    nodes = [unique("pn-a"), unique("pn-b"), unique("pn-c")]
-    namespace = unique("pn")
-    register_nodes(kube, nodes[:1], extra={"huawei.com/Ascend910": "8"})  # the mixed job's Ascend node
-    register_nodes(kube, nodes[1:])
-    for index, node in enumerate(nodes):  # addresses of their own: an EndpointSlice refuses loopback ones
-        kube.request("PATCH", f"/api/v1/nodes/{node}/status", content_type="application/merge-patch+json", body={
-            "status": {"addresses": [{"type": "InternalIP", "address": f"198.18.7.{index + 1}"}]}})
-    kube.request("POST", "/api/v1/namespaces", body={"metadata": {"name": namespace, "labels": {
-        "pod-security.kubernetes.io/enforce": "baseline", "pod-security.kubernetes.io/enforce-version": "latest"}}})
-    wait_for("the default ServiceAccount", lambda: kube.get_or_none(
-        f"/api/v1/namespaces/{namespace}/serviceaccounts/default"))
-    kube.request("POST", f"/apis/rbac.authorization.k8s.io/v1/namespaces/{namespace}/roles",
-                 body={"metadata": {"name": "exec"}, "rules": RULES})
-    kube.request("POST", f"/apis/rbac.authorization.k8s.io/v1/namespaces/{namespace}/rolebindings", body={
-        "metadata": {"name": "exec"}, "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
-                                                  "name": "exec"},
-        "subjects": [{"kind": "ServiceAccount", "name": "default", "namespace": namespace}]})
-    # --cpu: an Ascend pod trains on CPU here (make smoke's stand-in), each change in the kubelet's log
-    kubelet = KubeletProcess(kubeconfig_for(request), nodes, tmp_path / "state", "--argoexec", str(ARGOEXEC), "--cpu")
-    yield nodes, namespace, kubelet
-    kubelet.stop()
-    try:
-        kube.request("DELETE", f"/api/v1/namespaces/{namespace}")
-    except Exception:  # noqa: BLE001 -- already gone
-        pass
-    delete_nodes(kube, nodes)
+def node_pods(job, name: str) -> dict[str, dict]:
+    return {p["metadata"]["labels"]["torchdag.io/node-rank"]: p for p in job.pods(name)
+            if "torchdag.io/node-rank" in p["metadata"]["labels"]}
 
 
-def submit(kube: Kube, tmp_path, namespace: str, values: dict) -> str:
-    # A port of its own: the kubelet maps every master's address to 127.0.0.1, where other tests'
-    # ranks listen too (the default 29500 once collided with one of them: rank 0 exit 1, the rest hung).
-    values = {"port": free_port(), **values}
-    path = tmp_path / f"{values['name']}.yaml"
-    path.write_text(yaml.safe_dump(values))
-    doc = next(d for d in yaml.safe_load_all(pipeline.run(path).text) if d and d.get("kind") == "Workflow")
-    created = kube.request("POST", f"/apis/argoproj.io/v1alpha1/namespaces/{namespace}/workflows", body=doc)
-    return created["metadata"]["name"]
-
-
-def workflow_of(kube: Kube, namespace: str, name: str) -> dict:
-    return kube.get_or_none(f"/apis/argoproj.io/v1alpha1/namespaces/{namespace}/workflows/{name}")
-
-
-def ended(kube: Kube, namespace: str, name: str):
-    wf = workflow_of(kube, namespace, name)
-    return wf if wf and (wf.get("status") or {}).get("phase") in ("Succeeded", "Failed", "Error") else None
-
-
-def test_a_pod_network_job_trains_to_the_end_where_baseline_is_enforced(kube, baseline, tmp_path):
-    nodes, namespace, kubelet = baseline
-    values = {"name": "podnet", "namespace": namespace, "image": "registry.example.com/torchdag/trainer:0.1.0",
-              "script": "/opt/torchdag/trainer/train.py", "args": ["--max-steps", "150"],
-              "network": {"mode": "pod"}, "podSecurity": "baseline", "workflow": {"podGC": ""},
-              "nodes": [{"name": node} for node in nodes]}
-    name = submit(kube, tmp_path, namespace, values)
+def test_a_pod_network_job_trains_to_the_end_where_baseline_is_enforced(job):
+    enforce_baseline(job)
+    hosts = job.use("cpu-0", "cpu-1", "cpu-2")
+    values = job.values([{}, {}, {}], ["--max-steps", "150"], work=False,
+                             network={"mode": "pod"}, podSecurity="baseline")
+    name = job.submit(job.render(values))
 
     def slice_of_three():
-        slices = kube.request("GET", f"/apis/discovery.k8s.io/v1/namespaces/{namespace}/endpointslices"
-                                     f"?labelSelector=kubernetes.io/service-name={name}")["items"]
+        slices = job.cluster.get("endpointslices", "-n", job.namespace, "-l",
+                                      f"kubernetes.io/service-name={name}")["items"]
         endpoints = [e for s in slices for e in s.get("endpoints") or []]
         return endpoints if len(endpoints) == 3 else None
 
-    endpoints = wait_for("the run's Service to select its three node pods", slice_of_three, timeout=240,
-                         kubelet=kubelet)
-    pods = {p["metadata"]["name"]: p for p in kube.request("GET", f"/api/v1/namespaces/{namespace}/pods?"
-                                                                   f"labelSelector=torchdag.io/run={name}")["items"]}
+    endpoints = job.cluster.wait_for("the run's Service to select its three node pods", slice_of_three,
+                                          timeout=300, every=2)
+    pods = node_pods(job, name)
     assert sorted(e["hostname"] for e in endpoints) == ["node-0", "node-1", "node-2"]
-    assert sorted(e["targetRef"]["name"] for e in endpoints) == sorted(pods)
-    for pod in pods.values():  # Argo applied the template's podSpecPatch
-        rank = pod["metadata"]["labels"]["torchdag.io/node-rank"]
+    assert sorted(e["targetRef"]["name"] for e in endpoints) == sorted(p["metadata"]["name"] for p in pods.values())
+    subnets = {host.name: ipaddress.ip_network(host.pod_subnet) for host in hosts}
+    for rank, pod in pods.items():  # Argo applied the template's podSpecPatch; CNI gave the address
         assert pod["spec"]["hostname"] == f"node-{rank}" and pod["spec"]["subdomain"] == name
         assert "hostNetwork" not in pod["spec"]
+        assert ipaddress.ip_address(pod["status"]["podIP"]) in subnets[pod["spec"]["nodeName"]], pod["status"]
+    by_pod = {e["targetRef"]["name"]: e["addresses"] for e in endpoints}
+    assert all(by_pod[p["metadata"]["name"]] == [p["status"]["podIP"]] for p in pods.values()), by_pod
 
-    wf = wait_for(f"Workflow {name} to end", lambda: ended(kube, namespace, name), timeout=300, kubelet=kubelet)
-    assert wf["status"]["phase"] == "Succeeded", dump(wf["status"]) + kubelet.text()[-3000:]
-    service = kube.get_or_none(f"/api/v1/namespaces/{namespace}/services/{name}")
+    wf = job.wait_finished(name, timeout=400)
+    assert wf["status"]["phase"] == "Succeeded", job.explain(name)
+    service = job.cluster.get("service", name, "-n", job.namespace)
     assert service["spec"]["clusterIP"] == "None" and service["spec"]["selector"] == {"torchdag.io/run": name}
     (owner,) = service["metadata"]["ownerReferences"]
     assert (owner["kind"], owner["name"], owner["uid"]) == ("Workflow", name, wf["metadata"]["uid"])
-    logs = kubelet.state_dir / "logs" / namespace
-    master = [p.read_text() for p in logs.glob(f"{name}-cpu-x1-*/main.log") if "[trainer] done: 150 steps" in
-              p.read_text()]
-    assert master, sorted(str(p) for p in logs.rglob("*.log"))
-    assert "preflight: ok: master name" in master[0]
+    master = job.log(node_pods(job, name)["0"])
+    assert "[trainer] done: 150 steps" in master and "preflight: ok: master name" in master, master[-3000:]
 
 
-def test_a_mixed_ascend_and_cpu_pod_network_job_succeeds_where_baseline_is_enforced(kube, baseline, tmp_path):
-    nodes, namespace, kubelet = baseline
-    values = {"name": "podmix", "namespace": namespace, "image": "registry.example.com/torchdag/trainer:0.1.0",
-              "script": "/opt/torchdag/trainer/train.py", "args": ["--max-steps", "20"], "backend": "gloo",
-              "network": {"mode": "pod"}, "podSecurity": "baseline", "ascend": {"mountDriver": False},
-              "nodes": [{"name": nodes[0], "accelerator": "ascend910", "devices": 1},
-                        {"name": nodes[1], "accelerator": "cpu", "nic": "net1"}]}
-    name = submit(kube, tmp_path, namespace, values)
-    wf = wait_for(f"Workflow {name} to end", lambda: ended(kube, namespace, name), timeout=300, kubelet=kubelet)
-    assert wf["status"]["phase"] == "Succeeded", dump(wf["status"]) + kubelet.text()[-3000:]
-    # HCCL_IF_IP came from the downward API (the pod's IP, its Node's here), then this machine's stand-in
-    assert "-ascend910-x1-" in kubelet.text() and "main: HCCL_IF_IP 198.18.7.1 -> 127.0.0.1" in kubelet.text()
+MIXED_SCRIPT = """
+import os, socket, struct, fcntl
+import torch
+import torch.distributed as dist
+
+def address(nic):
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        packed = fcntl.ioctl(s.fileno(), 0x8915, struct.pack("256s", nic.encode()[:15]))  # SIOCGIFADDR
+    return socket.inet_ntoa(packed[20:24])
+
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+total = torch.tensor([float(rank + 1)])
+dist.all_reduce(total)
+print(f"[mixed] rank {rank}: sum {total.item():g}; eth0 {address('eth0')}; "
+      f"HCCL_IF_IP {os.environ.get('HCCL_IF_IP', '-')}", flush=True)
+dist.destroy_process_group()
+"""
 
 
-def test_a_host_network_job_is_refused_in_kubernetes_words(kube, baseline, tmp_path):
-    nodes, namespace, kubelet = baseline
-    values = {"name": "hostnet", "namespace": namespace, "image": "registry.example.com/torchdag/trainer:0.1.0",
-              "script": "/opt/torchdag/trainer/train.py", "nodes": [{"name": node, "nic": "em1"} for node in nodes[:2]]}
-    name = submit(kube, tmp_path, namespace, values)
-    wf = wait_for(f"Workflow {name} to end", lambda: ended(kube, namespace, name), timeout=120, kubelet=kubelet)
+def test_an_ascend_pod_beside_a_cpu_pod_takes_its_hccl_address_from_the_downward_api(job, tmp_path):
+    """A user's own script (on a volume claim, the one kind of volume baseline lets a pod mount
+    from outside) trains over gloo between a pod on an Ascend node (the device plugin's NPU, the
+    device group) and a pod on a CPU node; the Ascend pod's HCCL_IF_IP is its own pod address."""
+    enforce_baseline(job)
+    job.use("a910-8", "cpu-0")
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / "train.py").write_text(MIXED_SCRIPT)
+    volume = {"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": job.namespace},
+              "spec": {"capacity": {"storage": "1Mi"}, "accessModes": ["ReadOnlyMany"],
+                       "persistentVolumeReclaimPolicy": "Retain", "storageClassName": "",
+                       "claimRef": {"namespace": job.namespace, "name": "code"},
+                       "hostPath": {"path": str(code), "type": "Directory"}}}
+    claim = {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "code"},
+             "spec": {"accessModes": ["ReadOnlyMany"], "storageClassName": "", "volumeName": job.namespace,
+                      "resources": {"requests": {"storage": "1Mi"}}}}
+    job.cluster.kubectl("create", "-f", "-", stdin=json.dumps(volume))
+    job.cluster.kubectl("create", "-n", job.namespace, "-f", "-", stdin=json.dumps(claim))
+    try:
+        values = job.values([{"accelerator": "ascend910", "devices": 1}, {"accelerator": "cpu", "nic": "eth0"}],
+                                 [], work=False, image=USER_IMAGE, script="/workspace/train.py", backend="gloo",
+                                 network={"mode": "pod"}, podSecurity="baseline",
+                                 ascend={"mountDriver": False, "setEnvScript": ""},
+                                 volumes=[{"name": "code", "mountPath": "/workspace",
+                                           "persistentVolumeClaim": {"claimName": "code"}}])
+        name = job.submit(job.render(values))
+        wf = job.wait_finished(name, timeout=400)
+        assert wf["status"]["phase"] == "Succeeded", job.explain(name)
+        pods = node_pods(job, name)
+        for rank, pod in pods.items():
+            log = job.log(pod)
+            ip = pod["status"]["podIP"]
+            hccl = ip if pod["spec"]["nodeName"] == "a910-8" else "-"
+            assert f"[mixed] rank {rank}: sum 3; eth0 {ip}; HCCL_IF_IP {hccl}" in log, log[-3000:]
+    finally:
+        job.cluster.kubectl("delete", "pv", job.namespace, "--wait=false", check=False)
+
+
+def test_a_host_network_job_is_refused_in_kubernetes_words(job):
+    enforce_baseline(job)
+    values = job.values([{}, {}], [], work=False)
+    name = job.submit(job.render(values))
+    wf = job.wait_finished(name, timeout=120)
     assert wf["status"]["phase"] in ("Failed", "Error")
     # The Workflow's hostNetwork covers every pod it makes: the first, the helpers' ConfigMap
     # task, is refused, and the tasks after it are omitted.

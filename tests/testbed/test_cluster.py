@@ -130,7 +130,7 @@ def test_up_restarts_only_a_component_that_died(local_cluster):
 @e2e
 def test_nodes_of_a_values_file(local_cluster):
     values = EXAMPLES_DIR / "mixed-gloo.yaml"
-    done = local_cluster.command("nodes", str(values))
+    done = local_cluster.command("register", str(values))
     assert done.returncode == 0, done.stderr
     try:
         nodes = {node["metadata"]["name"]: node for node in local_cluster.get("nodes")["items"]}
@@ -147,7 +147,7 @@ def test_nodes_of_a_values_file(local_cluster):
             assert ready and ready[0]["status"] == "True"
             assert not node["spec"].get("taints")
         # Registering again brings existing Nodes up to date (their status included).
-        again = local_cluster.command("nodes", str(values), "--cpu", "8")
+        again = local_cluster.command("register", str(values), "--cpu", "8")
         assert again.returncode == 0, again.stderr
         assert local_cluster.get("node", "gpu-01")["status"]["allocatable"]["cpu"] == "8"
     finally:
@@ -158,7 +158,7 @@ def test_nodes_of_a_values_file(local_cluster):
 def test_bad_values_are_refused_with_exit_2(local_cluster, tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text("name: x\nnodes: []\n")
-    done = local_cluster.command("nodes", str(bad))
+    done = local_cluster.command("register", str(bad))
     assert done.returncode == 2 and "Traceback" not in done.stderr
     assert str(bad) in done.stderr and "nodes" in done.stderr
 
@@ -193,7 +193,7 @@ def test_a_registered_workflowtemplate_runs_on_its_pinned_hosts(local_cluster, t
     references it (what `argo submit --from` creates); the case names a ServiceAccount and a
     PriorityClass, which the cluster must hold for its pods to be admitted."""
     values = CASES / "workflowtemplate-full.yaml"
-    assert local_cluster.command("nodes", str(values)).returncode == 0
+    assert local_cluster.command("register", str(values)).returncode == 0
     # What the case's pods refer to: its ServiceAccount, PriorityClass and the claim `datasets`
     # (bound here to a volume nothing mounts: no kubelet).
     claim = {"accessModes": ["ReadWriteOnce"], "storageClassName": ""}
@@ -235,7 +235,7 @@ def test_helm_install_creates_the_rendered_workflow_and_it_is_taken(local_cluste
     values.write_text((EXAMPLES_DIR / "local.yaml").read_text()
                       + "serviceAccountName: trainer\nrbac: {create: true, createServiceAccount: true}\n"
                       + image_agents(tmp_path).read_text())  # no kubelet runs the ConfigMap task here
-    assert local_cluster.command("nodes", str(values)).returncode == 0
+    assert local_cluster.command("register", str(values)).returncode == 0
     helm = [str(REPO / ".tools" / "bin" / "helm"), f"--kubeconfig={local_cluster.kubeconfig}", "-n", "helm-e2e"]
     installed = subprocess.run([*helm, "install", "training", str(REPO / "chart"), "-f", str(values),
                                 "--create-namespace"], capture_output=True, text=True, timeout=120)
@@ -270,7 +270,7 @@ def test_helm_install_creates_the_rendered_workflow_and_it_is_taken(local_cluste
 @e2e
 def test_the_controller_runs_a_rendered_workflow_on_its_pinned_hosts(local_cluster, tmp_path):
     values = EXAMPLES_DIR / "local.yaml"
-    assert local_cluster.command("nodes", str(values)).returncode == 0
+    assert local_cluster.command("register", str(values)).returncode == 0
     workflow = tmp_path / "workflow.yaml"
     subprocess.run([sys.executable, str(REPO / "render.py"), str(values), "-f", str(image_agents(tmp_path)), "-o",
                     str(workflow)], check=True)
@@ -296,7 +296,7 @@ def test_a_host_with_fewer_devices_than_asked_leaves_its_pod_pending_with_the_re
     asked["nodes"][0]["devices"] = 2
     values = tmp_path / "asks-two.yaml"
     values.write_text(yaml.safe_dump(asked))
-    assert local_cluster.command("nodes", str(registered)).returncode == 0
+    assert local_cluster.command("register", str(registered)).returncode == 0
     workflow = tmp_path / "workflow.yaml"
     subprocess.run([sys.executable, str(REPO / "render.py"), "-q", str(values), "-f", str(image_agents(tmp_path)),
                     "-o", str(workflow)], check=True)
@@ -357,7 +357,7 @@ def test_the_api_server_takes_every_golden_render_and_its_podgroup(local_cluster
 def test_the_gang_scheduler_names_are_served(local_cluster):
     """schedulerName volcano / scheduler-plugins-scheduler: the one kube-scheduler stands in
     (docs/e2e.md) and binds such pods like any other."""
-    assert local_cluster.command("nodes", str(EXAMPLES_DIR / "local.yaml")).returncode == 0
+    assert local_cluster.command("register", str(EXAMPLES_DIR / "local.yaml")).returncode == 0
     pods = [{"apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"stand-in-{name}"},
              "spec": {"schedulerName": name, "nodeSelector": {"kubernetes.io/hostname": "node-b"},
                       "containers": [{"name": "main", "image": "none"}]}}

@@ -57,7 +57,7 @@ def test_a_slots_addresses_stay_in_its_own_part_of_the_test_range():
 
 def test_kubelet_config_keeps_each_node_apart(tmp_path):
     slot = network.Slot(3)
-    text = configs.kubelet_config(slot=slot, k=1, port=40001, healthz_port=40002,
+    text = configs.kubelet_config(slot=slot, address=slot.node_ip(1), port=40001, healthz_port=40002,
                                   runtime_socket=tmp_path / "containerd.sock", cgroup_root="/torchdag/3.1",
                                   client_ca=tmp_path / "ca.crt")
     config = yaml.safe_load(text)
@@ -72,7 +72,7 @@ def test_kubelet_config_keeps_each_node_apart(tmp_path):
 
 def test_cni_conflist_gives_the_node_its_own_pod_subnet_on_its_bridge(tmp_path):
     slot = network.Slot(5)
-    conf = json.loads(configs.cni_conflist(slot=slot, k=2, ipam_dir=tmp_path))
+    conf = json.loads(configs.cni_conflist(slot=slot, k=2, bridge=slot.bridge(2), ipam_dir=tmp_path))
     (bridge,) = conf["plugins"]
     assert bridge["type"] == "bridge" and bridge["bridge"] == slot.bridge(2)
     # the gateway is already on the bridge: isGateway would switch forwarding on for the whole machine
