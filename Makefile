@@ -60,7 +60,7 @@ ASCEND_VENV := .venv-ascend
 ASCEND_STAMP := $(ASCEND_VENV)/.installed
 ASCEND_REQ := requirements-ascend-test.txt
 
-.PHONY: help setup render check helm test test-fast golden smoke chart-sync bench bench-cluster bench-tiers lint clean ascend-venv argo-lint go-tools cluster-up cluster-nodes cluster-kubelet cluster-down e2e images
+.PHONY: help setup render check helm test test-fast golden smoke chart-sync bench bench-cluster bench-tiers lint clean ascend-venv argo-lint go-tools cluster-up cluster-nodes cluster-kubelet cluster-down e2e images bench-nodes
 
 # Each target's `## ` text, in one column after the longest name (awk: no fixed tab stop to outgrow).
 help: ## list the targets
@@ -314,10 +314,13 @@ $(BENCH_VENV)/.installed: requirements-bench.txt
 	$(BENCH_VENV)/bin/python -m pip install --quiet --disable-pip-version-check -r requirements-bench.txt
 	touch $@
 
-bench: $(VENV_STAMP) $(HELM) $(BENCH_VENV)/.installed bench-cluster bench-tiers ## render, helm and TorchX side by side; Argo's status per pod; trainer overhead; scale on the real controller; what each test tier costs (numbers, not pass/fail)
+bench: $(VENV_STAMP) $(HELM) $(BENCH_VENV)/.installed bench-cluster bench-nodes bench-tiers ## render, helm and TorchX side by side; Argo's status per pod; trainer overhead; scale on the real controller; what each test tier costs (numbers, not pass/fail)
 	HELM=$(abspath $(HELM)) $(PY) bench/bench_render.py
 	$(PY) bench/bench_status.py
 	$(PY) bench/bench_trainer.py
+
+bench-nodes: $(VENV_STAMP) $(CLUSTER_BINS) $(WORKFLOW_CONTROLLER) $(ARGOEXEC) $(KUBECTL) $(POSTGRES) $(NODE_DEPS) ## a 2-node job on real nodes against the process kubelet: node start and create-to-Succeeded times (docs/nodes.md)
+	$(PY) bench/bench_nodes.py
 
 bench-tiers: $(VENV_STAMP) ## make test-fast and make test timed against their budgets (3 and 25 minutes), and the test time per folder (about half an hour)
 	$(PY) bench/bench_tiers.py
