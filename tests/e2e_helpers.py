@@ -120,6 +120,36 @@ class Job:
         return "\n".join(parts)
 
 
+MAX_WORKFLOW_SIZE = 1048576  # Argo v4.0.5's workflow/packer default: json.Marshal(wf), spec and status
+
+
+def json_size(obj: dict) -> int:
+    return len(json.dumps(obj, separators=(",", ":")).encode())
+
+
+def padded(workflow: dict, size: int) -> dict:
+    """The Workflow with a parameter nothing reads, standing for a larger job's spec: its JSON
+    `size` bytes before any status, so that its status takes it past Argo's MAX_WORKFLOW_SIZE
+    at the bytes left."""
+    out = json.loads(json.dumps(workflow))
+    params = out["spec"].setdefault("arguments", {}).setdefault("parameters", [])
+    params.append({"name": "pad", "value": ""})
+    params[-1]["value"] = "x" * (size - json_size(out))
+    assert json_size(out) == size
+    return out
+
+
+def nodes_of(workflow: dict) -> dict:
+    """status.nodes, or what Argo packed into status.compressedNodes (gzip, base64)."""
+    import base64
+    import gzip
+
+    status = workflow.get("status") or {}
+    if status.get("compressedNodes"):
+        return json.loads(gzip.decompress(base64.b64decode(status["compressedNodes"])))
+    return status.get("nodes") or {}
+
+
 @pytest.fixture
 def job(local_cluster, real_nodes, tmp_path, request):
     """A namespace of this test, with the executor's Role (e2e_helpers.EXECUTOR_RULES) bound to

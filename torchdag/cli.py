@@ -14,12 +14,14 @@ A new subcommand is one Subcommand entry: its name, its usage after the name, it
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from dataclasses import dataclass
 from typing import Callable
 
 from . import __version__, pipeline
 from .errors import CannotWrite, run_command
+from .kubeconfig import CLUSTER_INSTALL
 from .output import check_output, emit, write_output
 from .summary import summary_lines
 
@@ -134,15 +136,39 @@ CLUSTER_COMMANDS: dict[str, tuple[str, tuple[tuple[tuple[str, ...], dict], ...]]
 }
 
 
+# A Workflow's name (a DNS-1123 subdomain) or a job's (values' `name`, a DNS-1123 label, which it also is).
+WORKFLOW_NAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+LATEST = "@latest"
+
+
+def workflow_name(text: str) -> str:
+    """NAME, refused before any request when it cannot name a Workflow or a job."""
+    if text == LATEST:
+        return text
+    if not text:
+        raise argparse.ArgumentTypeError("is empty: give a Workflow's name, a job's name or @latest")
+    if len(text) > 253 or not WORKFLOW_NAME.fullmatch(text):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a Workflow's or a job's name: lowercase letters, digits, '-' and '.', starting and "
+            "ending with a letter or digit, at most 253 characters (kubectl get workflows); or @latest")
+    return text
+
+
 def cluster_parser(name: str, prog: str) -> argparse.ArgumentParser:
     description, options = CLUSTER_COMMANDS[name]
     p = argparse.ArgumentParser(prog=prog, description=description)
-    p.add_argument("name", metavar="NAME", help="the Workflow's name (kubectl get workflows)")
+    p.add_argument("name", metavar="NAME", type=workflow_name,
+                   help="a Workflow's name; a job's name (values' name:, the torchdag.io/job label), which means "
+                        "its newest Workflow; or @latest, the namespace's newest torchdag Workflow")
     p.add_argument("-n", "--namespace", default=None,
                    help="its namespace (default: the kubeconfig context's, or the pod's, else default)")
-    p.add_argument("--kubeconfig", default=None, help="kubeconfig file (default: $KUBECONFIG, ~/.kube/config, "
-                   "else the in-cluster ServiceAccount)")
+    p.add_argument("--kubeconfig", default=None, help="kubeconfig file (default: the files $KUBECONFIG lists, "
+                   "merged as kubectl merges them; ~/.kube/config; else the in-cluster ServiceAccount)")
     p.add_argument("--context", default=None, help="kubeconfig context (default: its current one)")
+    p.add_argument("--argo-server", default=None, metavar="HOST:PORT",
+                   help="Argo's server, to read a Workflow's node status Argo offloaded to its database "
+                        "(default: $ARGO_SERVER; https unless ARGO_SECURE=false; token: $ARGO_TOKEN, else the "
+                        "kubeconfig's)")
     for flags, settings in options:
         p.add_argument(*flags, **settings)
     return p
@@ -187,7 +213,7 @@ SUBCOMMANDS: tuple[Subcommand, ...] = (
     Subcommand("diagnose", "NAME [-n NAMESPACE] [--kubeconfig FILE] [--json]",
                "the first failure in time, its rank, host, cause and fix (docs/failures.md); exit 0 healthy, "
                "1 diagnosed, 2 cannot tell. status, logs and diagnose read the cluster as kubectl does and need "
-               "`pip install 'torchdag[cluster]'`", _cluster_command("diagnose")),
+               f"the Kubernetes client: `{CLUSTER_INSTALL}` in a checkout of torchdag", _cluster_command("diagnose")),
 )
 
 

@@ -138,5 +138,8 @@ class ValuesError(TorchdagError):
 
 
 def _sort_key(problem: Problem):
-    # Sort paths naturally (nodes[2] before nodes[10]) whatever the part types.
-    return (tuple((0, p, "") if isinstance(p, int) else (1, 0, p) for p in problem.path), problem.message)
+    # Sort paths naturally (nodes[2] before nodes[10]) whatever the part types, and the
+    # messages of one path by their numbers too (line 2 before line 10).
+    return (tuple((0, p, "") if isinstance(p, int) else (1, 0, p) for p in problem.path),
+            tuple((0, int(part), "") if part.isdigit() else (1, 0, part)
+                  for part in re.split(r"(\d+)", problem.message)))

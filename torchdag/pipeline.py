@@ -12,6 +12,7 @@ render.py, `torchdag render/check` and the test bed's local runner all come thro
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
@@ -22,6 +23,7 @@ from .plan import Plan, make_plan
 from .render import render
 from .validate import validate as problems_of
 from .values import Loaded, coalesce, fill_absent, read_all, schema_defaults
+from .yamlout import quote
 
 
 def load(values_paths: str | Path | Sequence[str | Path]) -> Loaded:
@@ -42,6 +44,19 @@ def validate(loaded: Loaded) -> dict:
     return fill_absent(merged)
 
 
+def one_word_option(item: str) -> bool:
+    """An args item that starts with -- and holds whitespace before any `=`: an option and its
+    value typed as one item ("--type example"), which argparse cannot split."""
+    return item.startswith("--") and bool(_SPACE.search(item.split("=", 1)[0])) and len(words_of(item)) > 1
+
+
+_SPACE = re.compile(r"[\t\n\f\r ]")  # Go's \s, as the chart's NOTES split it
+
+
+def words_of(item: str) -> list[str]:
+    return [word for word in re.split(r"[\t\n\f\r ]+", item.strip()) if word]
+
+
 @dataclass(frozen=True)
 class Rendered:
     source: str  # the values file's name in messages
@@ -52,8 +67,8 @@ class Rendered:
     def warnings(self) -> list[str]:
         """Advice that does not stop rendering (printed on stderr)."""
         nodes = self.values["nodes"]
-        advice = (self._hccl_port_warnings() + self._full_crd_warnings() + self._executor_token_warnings()
-                  + self._shared_claim_warnings())
+        advice = (self._typing_warnings() + self._hccl_port_warnings() + self._full_crd_warnings()
+                  + self._executor_token_warnings() + self._shared_claim_warnings())
         if self.plan.network:
             return advice + [f"{self.source}: nodes[{index}].address: unused on the pod network (network.mode: pod): "
                              "the other nodes reach this node by its pod's DNS name; remove it"
@@ -67,6 +82,19 @@ class Rendered:
             if not node.get("nic")
         ]
 
+
+    def _typing_warnings(self) -> list[str]:
+        """What renders but will not run as meant: an args item holding an option and its value
+        ("--type example", one word to the script), a relative script without workingDir."""
+        texts = catalog.catalog()["warnings"]
+        out = [f"{self.source}: args[{index}]: "
+               + catalog.fill(texts["args-one-word"], {"value": quote(item), "words": "[" + ",".join(
+                   quote(word) for word in words_of(item)) + "]"})
+               for index, item in enumerate(self.values["args"]) if one_word_option(item)]
+        script = self.values["script"]
+        if not script.startswith("/") and not self.values["workingDir"]:
+            out.append(f"{self.source}: script: " + catalog.fill(texts["script-relative"], {"value": quote(script)}))
+        return out
 
     def _executor_token_warnings(self) -> list[str]:
         """The executor's token Secret, which Argo mounts and Kubernetes >= 1.24 no longer makes."""

@@ -20,6 +20,7 @@ from .plan import is_pod
 from .schema_check import schema_problems, schema_report, show
 from .values import load_schema
 from .yamlout import quantity
+from .yamlread import full_width_characters, full_width_fields
 
 ARGO_OPEN = "{{"
 
@@ -39,6 +40,9 @@ def _string_problem(text: str, path: tuple, is_key: bool = False) -> Problem | N
         return problem("string-nul", path, subject=subject)
     if _UNCARRIABLE.search(text):
         return problem("string-control", path, subject=subject)
+    wide = next((char for char in text if char in full_width_characters()), None) if is_key else None
+    if wide:  # `{port： 1}` or `"nic：": x`: the load phase names most of them with their line
+        return problem("key-full-width", path, **full_width_fields(wide))
     return None
 
 
@@ -49,7 +53,8 @@ def string_problems(values: Any) -> list[Problem]:
     # All the strings at once first (joined by a newline, which makes none of the three):
     # naming each problem's field costs a walk with paths, in a file that has any.
     text = "\n".join(_strings(values))
-    if ARGO_OPEN not in text and "\x00" not in text and not _UNCARRIABLE.search(text):
+    if ARGO_OPEN not in text and "\x00" not in text and not _UNCARRIABLE.search(text) \
+            and not any(char in text for char in full_width_characters()):
         return []
     return _string_problems_at(values, ())
 

@@ -22,9 +22,18 @@ from typing import Any, Callable, Sequence
 
 import yaml
 
-from . import SCHEMA_PATH
+from . import SCHEMA_PATH, catalog
 from .errors import Problem, ValuesError
-from .yamlread import MAX_DEPTH, GraphProblem, OddKey, RefusedTag, load_documents, yaml_problem
+from .yamlread import (
+    MAX_DEPTH,
+    GraphProblem,
+    OddKey,
+    RefusedTag,
+    full_width_fields,
+    full_width_marks,
+    load_documents,
+    yaml_problem,
+)
 
 # The largest integer a float64 (Helm's numbers, JSON's in practice) holds with its neighbours.
 MAX_SAFE_INTEGER = 2**53 - 1
@@ -148,17 +157,30 @@ def merge_maps(base: dict, over: dict) -> dict:
     return out
 
 
+def full_width_problems(text: str) -> list[Problem]:
+    """Full-width punctuation where YAML needs ASCII (yamlread.full_width_marks), each named
+    with its line and column: the parser's own message about it would name the next line."""
+    message = catalog.catalog()["fullWidth"]["inText"]
+    return [Problem((), catalog.fill(message, {"line": line, "column": column, **full_width_fields(char)}))
+            for line, column, char in full_width_marks(text)]
+
+
 def _documents(text: str, source: str) -> list:
     """load_documents, each error as the ValuesError of the whole file."""
     try:
-        return load_documents(text)
+        documents = load_documents(text)
     except GraphProblem as err:
         raise ValuesError(source, [Problem((), str(err))]) from None
     except yaml.YAMLError as err:
-        raise ValuesError(source, [Problem((), yaml_problem(err, text))]) from None
+        raise ValuesError(source, full_width_problems(text) or [Problem((), yaml_problem(err, text))]) from None
     except RecursionError:  # pragma: no cover - only PyYAML's pure-Python composer recurses
         message = f"lists and mappings are nested more than {MAX_DEPTH} levels deep; the limit is {MAX_DEPTH}"
         raise ValuesError(source, [Problem((), message)]) from None
+    # YAML that parses, but not as meant: `{port： 1}` is a key "port： 1", `[a，b]` one item
+    problems = full_width_problems(text)
+    if problems:
+        raise ValuesError(source, problems)
+    return documents
 
 
 def _parse(text: str, source: str) -> dict:
@@ -209,19 +231,37 @@ def parse(text: str, source: str) -> Loaded:
 STDIN = "-"  # the file name that reads standard input, as in Helm's `-f -`
 
 
+def not_utf8(raw: bytes, err: UnicodeDecodeError) -> str:
+    """Where a file stops being UTF-8, by line and column (as an editor counts them), and
+    what the line says when the file is GBK, as an editor on a Chinese Windows saves it."""
+    line_start = raw.rfind(b"\n", 0, err.start) + 1
+    line = raw.count(b"\n", 0, err.start) + 1
+    column = len(raw[line_start:err.start].decode("utf-8", "replace")) + 1
+    message = f"line {line}, column {column}: not UTF-8 text (byte 0x{raw[err.start]:02x}: {err.reason})"
+    try:
+        raw.decode("gbk")
+    except UnicodeDecodeError:
+        return message + "; save the file as UTF-8"
+    end = raw.find(b"\n", err.start)
+    shown = raw[line_start:end if end >= 0 else len(raw)].decode("gbk").strip()
+    return (f"{message}: it reads as GBK (a Chinese Windows editor's encoding), where line {line} is "
+            f"{shown[:60]!r}; save it as UTF-8 (iconv -f GBK -t UTF-8)")
+
+
 def read(path: str | Path) -> Loaded:
     """The load phase: read and parse a values file (`-`: standard input, named `<stdin>`)."""
     stdin = str(path) == STDIN
     path = Path(path)
     source = "<stdin>" if stdin else str(path)
     try:
-        text = sys.stdin.buffer.read().decode("utf-8") if stdin else path.read_text(encoding="utf-8")
+        raw = sys.stdin.buffer.read() if stdin else path.read_bytes()
+        text = raw.decode("utf-8")
     except FileNotFoundError:
         raise ValuesError(source, [Problem((), "no such file")]) from None
     except IsADirectoryError:
         raise ValuesError(source, [Problem((), "is a directory, not a values file")]) from None
     except UnicodeDecodeError as err:
-        raise ValuesError(source, [Problem((), f"not UTF-8 text ({err.reason} at byte {err.start})")]) from None
+        raise ValuesError(source, [Problem((), not_utf8(raw, err))]) from None
     except OSError as err:
         raise ValuesError(source, [Problem((), f"cannot read: {err.strerror}")]) from None
     return parse(text, source)

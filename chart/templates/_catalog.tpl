@@ -562,6 +562,81 @@ The catalogue as JSON; read it with `include "torchdag.catalog" . | fromJson`. *
     }
   },
   "entrypoint": "train",
+  "fullWidth": {
+    "characters": {
+      "‘": {
+        "ascii": "'",
+        "code": "U+2018",
+        "name": "a left single quotation mark"
+      },
+      "’": {
+        "ascii": "'",
+        "code": "U+2019",
+        "name": "a right single quotation mark"
+      },
+      "“": {
+        "ascii": "\"",
+        "code": "U+201C",
+        "name": "a left double quotation mark"
+      },
+      "”": {
+        "ascii": "\"",
+        "code": "U+201D",
+        "name": "a right double quotation mark"
+      },
+      "　": {
+        "ascii": " ",
+        "code": "U+3000",
+        "name": "an ideographic space"
+      },
+      "、": {
+        "ascii": ",",
+        "code": "U+3001",
+        "name": "an ideographic comma"
+      },
+      "＃": {
+        "ascii": "#",
+        "code": "U+FF03",
+        "name": "a full-width number sign"
+      },
+      "，": {
+        "ascii": ",",
+        "code": "U+FF0C",
+        "name": "a full-width comma"
+      },
+      "：": {
+        "ascii": ":",
+        "code": "U+FF1A",
+        "name": "a full-width colon"
+      },
+      "；": {
+        "ascii": ";",
+        "code": "U+FF1B",
+        "name": "a full-width semicolon"
+      },
+      "［": {
+        "ascii": "[",
+        "code": "U+FF3B",
+        "name": "a full-width left square bracket"
+      },
+      "］": {
+        "ascii": "]",
+        "code": "U+FF3D",
+        "name": "a full-width right square bracket"
+      },
+      "｛": {
+        "ascii": "{",
+        "code": "U+FF5B",
+        "name": "a full-width left curly bracket"
+      },
+      "｝": {
+        "ascii": "}",
+        "code": "U+FF5D",
+        "name": "a full-width right curly bracket"
+      }
+    },
+    "inText": "line {line}, column {column}: '{char}' is {name} ({code}, as a Chinese input method types it) where YAML needs {shown}; retype it as {shown}{after}"
+  },
   "gangName": "{{ "{{" }}workflow.name}}",
   "gangTask": "gang",
   "gangs": {
@@ -754,6 +829,7 @@ The catalogue as JSON; read it with `include "torchdag.catalog" . | fromJson`. *
     "elastic-needs-node-recovery": "needs failurePolicy.maxRestarts > 0 and failurePolicy.recovery: node: only then is each machine's task retried on its own and the others go on without it",
     "env-too-long": "is {bytes} bytes; Linux refuses an environment string over {limit} bytes (MAX_ARG_STRLEN)",
     "image-name-too-long": "has a name of {length} characters{normalized} (registry and repository, without tag and digest); the kubelet cannot parse one over {limit} (InvalidImageName)",
+    "key-full-width": "the key holds '{char}', {name} ({code}, as a Chinese input method types it), where YAML needs {shown}; retype it as {shown}",
     "name-run-length": "{shown} is {length} characters; render.py names each run after it (generateName '<name>-' plus 5 random characters) and takes at most {limit}, the longest its annotation budget counts on (Argo writes the run's name into every pod's annotations); the chart, which names the Workflow after the release, takes up to 63",
     "network-service-name": "{shown} starts with a digit: on the pod network each run's headless Service is named after the Workflow (<name>-xxxxx), and a Service name starts with a letter (DNS-1035)",
     "node-address-other-name": "'{address}' is the name of nodes[{other}], a machine of its own: as this node's address it would reach that machine; give this node's own address",
@@ -951,7 +1027,9 @@ The catalogue as JSON; read it with `include "torchdag.catalog" . | fromJson`. *
     "skipped": "... {skipped} more node(s) ..."
   },
   "warnings": {
+    "args-one-word": "{value} holds a space, so the script gets it as one word (argparse looks for an option of that name); give each word its own item: {words}",
     "executor-token-secret": "Argo mounts the Secret '{secret}' (the ServiceAccount's token) into every pod, and Kubernetes 1.24 and later no longer create it: create it once, after the ServiceAccount, as type kubernetes.io/service-account-token with the annotation kubernetes.io/service-account.name: {account} (the chart's rbac.create does; docs/values.md shows the manifest), or every pod waits in ContainerCreating",
+    "script-relative": "{value} is a relative path, which the launcher looks up in the image's working directory (workingDir is empty); give the script's absolute path in the image, or set workingDir",
     "shared-claim": "claim '{claim}' is mounted read-write on all {count} machines: it must be ReadWriteMany, as a ReadWriteOnce claim attaches to one machine and every other pod waits in a Multi-Attach error (a ReadOnlyMany claim needs readOnly: true)"
   },
   "watch": {

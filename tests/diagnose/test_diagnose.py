@@ -115,6 +115,15 @@ def test_waiting_ranks_without_a_silent_one_are_not_a_hang():
     ("event", "FailedScheduling: 0/1 nodes are available: 1 node(s) had untolerated taint {gpu: true}.",
      "untolerated-taint"),
     ("event", "FailedMount: MountVolume.SetUp failed for volume \"data\" : hostPath type check failed", "failed-mount"),
+    # the kubelet's words (pkg/volume/hostpath), as a real node printed them (facts: real nodes)
+    ("event", "FailedMount: MountVolume.SetUp failed for volume \"ascend-npu-smi\" : hostPath type check failed: "
+              "/usr/local/bin/npu-smi is not a file", "hostpath-missing"),
+    ("event", "FailedMount: MountVolume.SetUp failed for volume \"data\" : hostPath type check failed: /data/set is "
+              "not a directory", "hostpath-missing"),
+    ("log", "python3: can't open file '/opt/torchdag/trainer/agents/record.py': [Errno 2] No such file or directory",
+     "helper-missing"),
+    ("log", "/usr/bin/python3: can't open file '/workspace/train.py': [Errno 2] No such file or directory",
+     "script-missing"),
 ])
 def test_each_known_signature_is_recognised(source, text, expected):
     sig, found = signatures.match(text, source)
@@ -244,8 +253,8 @@ def test_without_the_kubernetes_client_one_line_says_what_to_install():
             "from torchdag.cli import torchdag_main\nsys.exit(torchdag_main(['logs', 'x']))")
     done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
     assert done.returncode == 2 and done.stderr == ("torchdag logs: error: this command needs the Kubernetes Python "
-                                                    "client: pip install 'torchdag[cluster]' (or pip install "
-                                                    "kubernetes)\n")
+                                                    "client: pip install '.[cluster]' in a checkout of torchdag "
+                                                    "(or pip install kubernetes)\n")
 
 
 def test_docs_list_every_signature():

@@ -9,6 +9,7 @@ first, then the four faults at once."""
 from __future__ import annotations
 
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -17,7 +18,7 @@ from datetime import datetime
 
 import pytest
 import yaml
-from e2e_helpers import rank_of
+from e2e_helpers import MAX_WORKFLOW_SIZE, nodes_of, padded, rank_of
 from realnodes_helpers import TORCHDAG_IMAGE
 
 from helpers import REPO, free_port
@@ -30,6 +31,13 @@ TESTS_VOLUME = {"name": "faults", "mountPath": "/opt/torchdag/tests", "readOnly"
 NOWHERE = {"address": "198.18.255.254", "nic": "eth0"}  # the unscheduled job's host, never placed
 SCHEDULE_TIMEOUT = 60
 WATCH_POLL = 5  # the watch's default --poll
+# The unscheduled job's Workflow is padded to leave this many bytes under Argo's
+# MAX_WORKFLOW_SIZE for what the API server and the controller add (metadata, managedFields,
+# status): more than they take with the nodes packed, less than with the nodes as they are,
+# so Argo stores them in status.compressedNodes, as it does a 1,000-machine job's. Measured
+# here (2026-12-06): 3,551 bytes with them packed (1,485 of status, 1,453 of managedFields),
+# 5,422 as they are (2,943 of nodes instead of 1,072 packed).
+STATUS_ROOM = 4500
 
 
 def values_for(job, hosts: list[str], fault: str, port: int, extra: dict | None = None) -> dict:
@@ -51,13 +59,18 @@ def values_for(job, hosts: list[str], fault: str, port: int, extra: dict | None 
                       for i, host in enumerate(hosts)], **(extra or {})}
 
 
-def submit(job, values: dict) -> str:
+def submit(job, values: dict, size: int | None = None) -> str:
+    """Render and create; `size`: the Workflow padded to that many bytes of JSON (e2e_helpers.padded)."""
     path = job.dir / f"{values['name']}.yaml"
     path.write_text(yaml.safe_dump(values, sort_keys=False))
     out = job.dir / f"{values['name']}-workflow.yaml"
     done = subprocess.run([sys.executable, str(REPO / "render.py"), str(path), "-o", str(out)],
                           capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
+    if size:
+        workflow = next(d for d in yaml.safe_load_all(out.read_text()) if d)
+        out = job.dir / f"{values['name']}-padded.json"
+        out.write_text(json.dumps(padded(workflow, size)))
     return job.cluster.kubectl("create", "-f", str(out), "-o", "name").stdout.strip().split("/")[-1]
 
 
@@ -91,7 +104,8 @@ def test_diagnose_status_and_logs_name_the_failed_rank_its_cause_and_fix(job):
     started = time.monotonic()
     names["unscheduled"] = submit(job, values_for(job, [a, "no-such-host"], "none", free_port(), {
         "scheduling": {"timeout": SCHEDULE_TIMEOUT},
-        "timeouts": {"rendezvous": 600, "processGroup": 15, "workflowDeadline": 600}}))
+        "timeouts": {"rendezvous": 600, "processGroup": 15, "workflowDeadline": 600}}),
+        size=MAX_WORKFLOW_SIZE - STATUS_ROOM)
     try:
         # the hang: named while rank 0 waits in a collective, and again after its timeout
         stop = names["stop"]
@@ -149,7 +163,7 @@ def test_diagnose_status_and_logs_name_the_failed_rank_its_cause_and_fix(job):
         # a host that matches no Node: stopped within the timeout and one watch interval
         wf = job.wait_finished(names["unscheduled"], timeout=SCHEDULE_TIMEOUT + 120)
         took = time.monotonic() - started
-        watch = next(n for n in wf["status"]["nodes"].values() if n.get("displayName") == "schedule-watch")
+        watch = next(n for n in nodes_of(wf).values() if n.get("displayName") == "schedule-watch")
         watched = (datetime.fromisoformat(wf["status"]["finishedAt"].replace("Z", "+00:00"))
                    - datetime.fromisoformat(watch["startedAt"].replace("Z", "+00:00"))).total_seconds()
         # the watch counts from its own start; Argo then needs a moment to stop the pods
@@ -159,6 +173,12 @@ def test_diagnose_status_and_logs_name_the_failed_rank_its_cause_and_fix(job):
         assert result["exit"] == 1
         assert (result["first"]["rank"], result["first"]["host"]) == (1, "no-such-host"), json.dumps(result, indent=1)
         assert result["first"]["signature"] in ("no-such-host", "never-scheduled"), result["first"]
+        # Its nodes are packed (status.compressedNodes), and rank 1's pod is gone (Argo deleted it
+        # Pending when the watch stopped the job): status reads rank 1 from the packed nodes
+        assert wf["status"].get("compressedNodes") and not wf["status"].get("nodes"), sorted(wf["status"])
+        status, _ = torchdag(job, "status", names["unscheduled"])
+        ranks = {row.split()[0]: row for row in status.stdout.splitlines()[2:]}
+        assert status.returncode == 0 and {"0", "1"} <= set(ranks) and " no-such-host " in ranks["1"], status
     finally:
         holder.close()
         job.cluster.kubectl("patch", "workflow", names.get("stop", "none"), "-n", job.namespace, "--type", "merge",
@@ -175,9 +195,45 @@ def test_diagnose_status_and_logs_name_the_failed_rank_its_cause_and_fix(job):
     viewer_config = job.dir / "viewer.kubeconfig"
     viewer_config.write_text(yaml.safe_dump(viewer))
     for args, namespace, config, words in (
-            (["diagnose", "no-such-workflow"], None, None, "no Workflow 'no-such-workflow'"),
+            (["diagnose", "no-such-workflow"], None, None, "no Workflow and no job 'no-such-workflow'"),
             (["status", raised], "default", str(viewer_config), "forbidden: cannot read workflows.argoproj.io in "
                                                                 "namespace 'default'")):
         done, _ = torchdag(job, *args, namespace=namespace, kubeconfig=config)
         assert done.returncode == 2 and len(done.stderr.splitlines()) == 1 and "Traceback" not in done.stderr, done
         assert words in done.stderr, done.stderr
+
+    # a NAME as a user means it: the job's name is its newest Workflow (said on stderr); @latest;
+    # an empty one is refused before any request
+    done, _ = torchdag(job, "diagnose", "diag-raise", "--json")
+    assert json.loads(done.stdout)["workflow"] == raised, done.stderr
+    assert done.stderr == f"torchdag diagnose: job diag-raise: its newest Workflow is {raised}\n"
+    done, _ = torchdag(job, "status", "@latest")
+    assert done.returncode == 0 and done.stderr.startswith("torchdag status: @latest is "), done.stderr
+    assert done.stderr.split()[4].rstrip(",") in names.values(), done.stderr
+    done, _ = torchdag(job, "diagnose", "")
+    assert done.returncode == 2 and "argument NAME: is empty" in done.stderr
+
+    # kubeconfigs as kubectl reads them: KUBECONFIG=a:b whose current context b defines; an exec
+    # credential plugin (here it prints the viewer's token: the API server's 403 for the
+    # namespace default shows the token was the plugin's); a plugin that is not installed
+    elsewhere = job.dir / "a.kubeconfig"
+    elsewhere.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": admin["current-context"],
+        "clusters": [{"name": "unreachable", "cluster": {"server": "https://127.0.0.1:9"}}],
+        "users": [{"name": "nobody", "user": {"token": "x"}}],
+        "contexts": [{"name": "elsewhere", "context": {"cluster": "unreachable", "user": "nobody"}}]}))
+    merged = subprocess.run([sys.executable, "-m", "torchdag", "status", raised, "-n", job.namespace], cwd=REPO,
+                            capture_output=True, text=True, timeout=60,
+                            env={**os.environ, "KUBECONFIG": f"{elsewhere}:{job.cluster.kubeconfig}"})
+    assert merged.returncode == 0 and merged.stdout.startswith(f"workflow {raised}: Failed"), merged.stderr
+    plugin = job.dir / "viewer-token"
+    credential = {"apiVersion": "client.authentication.k8s.io/v1", "kind": "ExecCredential", "status": {"token": token}}
+    plugin.write_text(f"#!/bin/sh\necho '{json.dumps(credential)}'\n")
+    plugin.chmod(0o755)
+    for command, words in ((str(plugin), "forbidden: cannot read workflows.argoproj.io in namespace 'default'"),
+                           ("kubelogin-not-installed", "its exec command 'kubelogin-not-installed' is not installed")):
+        execs = job.dir / "exec.kubeconfig"
+        execs.write_text(yaml.safe_dump(dict(viewer, users=[{"name": "viewer", "user": {"exec": {
+            "apiVersion": "client.authentication.k8s.io/v1", "command": command}}}])))
+        done, _ = torchdag(job, "status", raised, namespace="default", kubeconfig=str(execs))
+        assert done.returncode == 2 and len(done.stderr.splitlines()) == 1 and words in done.stderr, done.stderr

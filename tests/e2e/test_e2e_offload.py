@@ -6,14 +6,19 @@ through a whole-job restart to Succeeded, its node status kept in the database
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 
 import pytest
 import yaml
-from e2e_helpers import rank_of
+from e2e_helpers import MAX_WORKFLOW_SIZE as LIMIT
+from e2e_helpers import padded, rank_of
 from realnodes_helpers import USER_IMAGE
 
+from helpers import REPO
+
 pytestmark = [pytest.mark.go, pytest.mark.e2e]
-LIMIT = 1048576  # Argo v4.0.5's MAX_WORKFLOW_SIZE
 # The first attempt all-reduces until a peer goes (a deleted pod), then fails; the second
 # all-reduces once and ends.
 SCRIPT = """
@@ -32,8 +37,10 @@ print(f"[offload] attempt {attempt}: {steps} steps", flush=True)
 """
 
 
-def json_size(obj: dict) -> int:
-    return len(json.dumps(obj, separators=(",", ":")))
+def torchdag_status(job, name: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "torchdag", "status", name, "-n", job.namespace, "--kubeconfig",
+                           str(job.cluster.kubeconfig)], cwd=REPO, capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "ARGO_SERVER": ""})
 
 
 def test_a_workflow_past_1_mib_offloads_its_node_status_through_a_restart(job):
@@ -46,9 +53,7 @@ def test_a_workflow_past_1_mib_offloads_its_node_status_through_a_restart(job):
     # A workflow parameter nothing reads stands for a larger job's spec: the spec just under
     # the limit (Argo's own check, which render.py's guard mirrors), so that the status of
     # its first pods takes the Workflow past 1 MiB even gzipped, and Argo must offload.
-    pad = LIMIT - 600 - json_size(workflow) - len('"arguments":{"parameters":[{"name":"pad","value":""}]},')
-    workflow["spec"]["arguments"] = {"parameters": [{"name": "pad", "value": "x" * pad}]}
-    assert LIMIT - 700 < json_size(workflow) < LIMIT
+    workflow = padded(workflow, LIMIT - 600)
     path = job.dir / "padded.json"
     path.write_text(json.dumps(workflow))
     name = job.submit(path)
@@ -72,6 +77,17 @@ def test_a_workflow_past_1_mib_offloads_its_node_status_through_a_restart(job):
             break
         except pytest.fail.Exception:
             continue
+    # torchdag status without Argo's server: one line says the nodes are in Argo's database, and
+    # the ranks are read from their pods (by label): each rank that has a pod, and the deleted
+    # one's not until its next attempt's pod exists
+    assert job.workflow(name)["status"].get("offloadNodeStatusVersion")
+    before = {str(rank_of(p)) for p in job.pods(name) if rank_of(p) is not None}
+    done = torchdag_status(job, name)
+    after = {str(rank_of(p)) for p in job.pods(name) if rank_of(p) is not None}
+    assert done.returncode == 0 and len(done.stderr.splitlines()) == 1, done.stderr
+    assert "its node status is offloaded to Argo's database (status.offloadNodeStatusVersion" in done.stderr
+    shown = {row.split()[0] for row in done.stdout.splitlines()[2:] if row.split()[0].isdigit()}
+    assert before and before <= shown <= after, (before, after, done.stdout)
     wf = job.wait_finished(name, timeout=600)
     status = wf["status"]
     assert status["phase"] == "Succeeded", job.explain(name)

@@ -19,8 +19,10 @@ CHART_LOGIC = ("_plan.tpl", "_validate.tpl", "_helpers.tpl")
 CHART_LOGIC_LIMIT = 570
 # Rules only one renderer has: the chart's placeholders exist only in chart/values.yaml; the
 # chart names its Workflow after the release (checked there), render.py its runs after `name`.
+# key-full-width: Helm's schema check refuses such a key (propertyNames, additionalProperties)
+# before the chart's rules run.
 ONE_TWIN = {"chart-placeholder": "chart", "release-name-service": "chart", "name-run-length": "python",
-            "network-service-name": "python"}
+            "network-service-name": "python", "key-full-width": "python"}
 # Rules the renderers code, not the validators: the Workflow's size needs the rendered text.
 RENDER_TWINS = {"workflow-size-spec", "workflow-size-status"}
 
@@ -37,7 +39,9 @@ def lines_of(path) -> list[str]:
 # Lines of Python per folder: the product (what the wheel ships) and the test bed grow only
 # by a decision made here; a module is as long as its subject (MODULE_LIMIT only catches a
 # module that has become several).
-FOLDER_BUDGETS = {"torchdag": 4500, "testbed": 4800, "trainer": 3000}
+# torchdag 4,500 -> 4,800 (issue 38): kubeconfigs as kubectl reads them, a NAME as a user
+# means it, the nodes at every size Argo stores them, the values a Chinese input method types.
+FOLDER_BUDGETS = {"torchdag": 4800, "testbed": 4800, "trainer": 3000}
 MODULE_LIMIT = 600
 
 

@@ -29,7 +29,14 @@ STATUS_TAIL = 300  # log lines read per pod for status: the last step line and t
 
 def _cluster(args, prog: str) -> Cluster:
     ClusterUnusable.prog = prog
-    return Cluster(args.kubeconfig, args.namespace, args.context)
+    return Cluster(args.kubeconfig, args.namespace, args.context, args.argo_server)
+
+
+def _say(prog: str, lines: list[str]) -> None:
+    """How the NAME was resolved and how the nodes were read: one stderr line each, so
+    stdout stays the table, the log lines or the JSON."""
+    for line in lines:
+        print(f"{prog}: {line}", file=sys.stderr, flush=True)
 
 
 def _ago(when: dt.datetime | None, now: dt.datetime) -> str:
@@ -70,9 +77,15 @@ def status_rows(workflow: dict, views: list[core.PodView], now: dt.datetime) -> 
 def status(args: argparse.Namespace, prog: str = "torchdag status") -> int:
     def body() -> int:
         cluster = _cluster(args, prog)
-        shown = None
+        workflow = cluster.resolve(args.name)
+        _say(prog, cluster.notes)
+        name = workflow["metadata"]["name"]
+        shown, said = None, []
         while True:
-            workflow, pods, events, logs = cluster.snapshot(args.name, tail=STATUS_TAIL, with_events=False)
+            workflow, pods, events, logs = cluster.snapshot(workflow, tail=STATUS_TAIL, with_events=False)
+            if cluster.status_notes != said:
+                _say(prog, cluster.status_notes)
+                said = cluster.status_notes
             now = dt.datetime.now(dt.timezone.utc)
             lines = status_rows(workflow, core.build_views(workflow, pods, events, logs), now)
             if lines != shown:
@@ -83,6 +96,7 @@ def status(args: argparse.Namespace, prog: str = "torchdag status") -> int:
             if not args.watch or (workflow.get("status") or {}).get("phase") in FINISHED:
                 return 0
             time.sleep(WATCH_EVERY_S)
+            workflow = cluster.fetch(name)
     return run_command(body, prog)
 
 
@@ -116,11 +130,13 @@ def merged_lines(views: list[core.PodView], timestamps: bool = False) -> list[st
 def logs(args: argparse.Namespace, prog: str = "torchdag logs") -> int:
     def body() -> int:
         cluster = _cluster(args, prog)
-        workflow, pods, events, logs = cluster.snapshot(args.name, tail=None, with_events=False)
+        workflow = cluster.resolve(args.name)
+        _say(prog, cluster.notes + cluster.status_notes)
+        workflow, pods, events, logs = cluster.snapshot(workflow, tail=None, with_events=False)
         views = _chosen(core.build_views(workflow, pods, events, logs), args.rank, args.attempt)
         if not views:
             which = f"rank {args.rank}" if args.rank is not None else "any rank"
-            raise ClusterUnusable(f"workflow {args.name} has no pod for {which}"
+            raise ClusterUnusable(f"workflow {workflow['metadata']['name']} has no pod for {which}"
                                   + (f" in attempt {args.attempt}" if args.attempt is not None else ""))
         for line in merged_lines(views, args.timestamps):
             print(line, flush=False)
@@ -157,12 +173,16 @@ def _follow(cluster: Cluster, views: list[core.PodView], timestamps: bool) -> No
 def diagnose(args: argparse.Namespace, prog: str = "torchdag diagnose") -> int:
     def body() -> int:
         cluster = _cluster(args, prog)
-        workflow, pods, events, logs = cluster.snapshot(args.name)
+        workflow = cluster.resolve(args.name)
+        _say(prog, cluster.notes)
+        workflow, pods, events, logs = cluster.snapshot(workflow)
         views = core.build_views(workflow, pods, events, logs)
         result = core.diagnose(workflow, views)
+        result.notes += cluster.status_notes
+        name = workflow["metadata"]["name"]
         if args.json:
-            print(json.dumps(result.as_dict(args.name), indent=2))
+            print(json.dumps(result.as_dict(name), indent=2))
         else:
-            print("\n".join(core.report_lines(args.name, result)))
+            print("\n".join(core.report_lines(name, result)))
         return result.status
     return run_command(body, prog)

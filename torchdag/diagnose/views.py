@@ -13,6 +13,7 @@ NODE_NAME_ANNOTATION = "workflows.argoproj.io/node-name"
 WORKFLOW_LABEL = "workflows.argoproj.io/workflow"
 MAX_POD_PREFIX = 253 - 10 - 1  # Argo's maxPrefixLength - 1 (Kubernetes' name limit less a hash)
 STEP = re.compile(r"\bstep (\d+)/(\d+)\b")
+EXIT_IN_MESSAGE = re.compile(r"\(exit code (\d+)\)")
 TIMESTAMP = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:\d\d)) (.*)$")
 
 
@@ -166,6 +167,8 @@ def node_views(workflow: dict, known: set[str]) -> list[PodView]:
                        or "", phase=node.get("phase", ""), message=node.get("message") or "",
                        created=parse_time(node.get("startedAt")), finished=parse_time(node.get("finishedAt")),
                        attempt=attempt_of(node.get("name", "")), progress=node.get("progress") or "")
+        code = EXIT_IN_MESSAGE.search(view.message)  # Argo's "main: Error (exit code 137)": the pod's own is gone
+        view.exit_code = int(code.group(1)) if code else None
         out.append(view)
     return out
 
