@@ -45,7 +45,7 @@ FOLDER_TIERS = {
 
 # The fake Kubernetes API the gang-watch tests share (its `api` fixture); the local cluster
 # of the e2e tests (its `local_cluster` fixture).
-pytest_plugins = ["gangwatch_helpers", "cluster_helpers", "e2e_helpers", "realnodes_helpers"]
+pytest_plugins = ["gangwatch_helpers", "cluster_helpers", "realnodes_helpers", "e2e_helpers"]
 
 _TORCH_MODULE = re.compile(r"^pytestmark = .*\bpytest\.mark\.torch\b", re.MULTILINE)
 

@@ -41,7 +41,9 @@ def lines_of(path) -> list[str]:
 # module that has become several).
 # torchdag 4,500 -> 4,800 (issue 38): kubeconfigs as kubectl reads them, a NAME as a user
 # means it, the nodes at every size Argo stores them, the values a Chinese input method types.
-FOLDER_BUDGETS = {"torchdag": 4800, "testbed": 4800, "trainer": 3000}
+# testbed 4,800 -> 6,400 (issue 43): real nodes (testbed/node: the kubelet, containerd, runc, the
+# pod network) and the images they run (testbed/images), 1,525 lines today.
+FOLDER_BUDGETS = {"torchdag": 4800, "testbed": 6400, "trainer": 3000}
 MODULE_LIMIT = 600
 
 
