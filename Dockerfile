@@ -13,6 +13,12 @@ FROM ${BASE}
 USER 0
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 
+# The trainer's own packages, whatever the base (PyYAML: trainer/device.py reads the catalogue;
+# a plain python3 + torch base lacks it). PIP_BREAK_SYSTEM_PACKAGES: a Debian or Ubuntu 23.04+
+# base marks its python3 externally managed (PEP 668); older pips ignore the variable.
+COPY trainer/requirements.txt /opt/torchdag/trainer/requirements.txt
+RUN PIP_BREAK_SYSTEM_PACKAGES=1 python3 -m pip install --no-cache-dir -r /opt/torchdag/trainer/requirements.txt
+
 # Set REQUIREMENTS=none for a base without CANN (a CUDA or CPU image).
 ARG REQUIREMENTS=trainer/requirements-ascend.txt
 COPY trainer/requirements-ascend.txt /opt/torchdag/trainer/requirements-ascend.txt

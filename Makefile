@@ -77,7 +77,7 @@ ASCEND_REQ := requirements-ascend-test.txt
 TORCH21_VENV := .venv-torch21
 TORCH21_STAMP := $(TORCH21_VENV)/.installed
 
-.PHONY: help setup render check helm test test-long test-fast golden smoke chart-sync bench bench-cluster bench-status bench-tiers bench-root-cause lint clean ascend-venv argo-lint go-tools cluster-up cluster-schedulers cluster-nodes cluster-kubelet cluster-down e2e torch21-check
+.PHONY: help setup render check helm test test-long test-fast golden smoke chart-sync bench bench-cluster bench-status bench-tiers bench-root-cause lint clean ascend-venv argo-lint go-tools cluster-up cluster-schedulers cluster-nodes cluster-kubelet cluster-down e2e torch21-check images bench-nodes
 
 # Each target's `## ` text, in one column after the longest name (awk: no fixed tab stop to outgrow).
 help: ## list the targets
@@ -137,6 +137,15 @@ $(WORKFLOW_CONTROLLER) $(ARGOEXEC) &: $(ARGO_V4_SOURCES) tools/argo/workflow-con
 	cd tools/argo && GOWORK=$(abspath $(TOOLS)/argo.work) $(GO) build -o $(abspath $(TOOLS)/bin)/ \
 		$(ARGO_MODULE)/cmd/workflow-controller $(ARGO_MODULE)/cmd/argoexec
 
+# Argo's executor as Argo's release image carries it (its Makefile's dist/argoexec: CGO_ENABLED=0,
+# linked statically), for the real nodes' argoexec image (testbed/images): the emissary it copies
+# into each pod then runs in any image, with or without glibc.
+ARGOEXEC_STATIC := $(TOOLS)/bin/argoexec-static
+$(ARGOEXEC_STATIC): $(WORKFLOW_CONTROLLER) $(ARGOEXEC)
+	$(GO_CHECK)
+	cd tools/argo && CGO_ENABLED=0 GOWORK=$(abspath $(TOOLS)/argo.work) $(GO) build -ldflags '-extldflags -static' \
+		-o $(abspath $@) $(ARGO_MODULE)/cmd/argoexec
+
 # The local control plane (`make cluster-up`, docs/e2e.md): etcd, kube-apiserver,
 # kube-controller-manager and kube-scheduler from k8s.io/kubernetes (tools/cluster/go.mod pins
 # it) and the certificate helper, in one `go build` so the packages they share compile once.
@@ -155,6 +164,21 @@ $(CLUSTER_BINS) &: $(CLUSTER_SOURCES) Makefile
 	cd tools/cluster && $(GO) build -ldflags "$(K8S_VERSION_FLAGS)" -o $(abspath $(TOOLS)/bin)/ k8s.io/kubernetes/cmd/kube-apiserver \
 		k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes/cmd/kube-scheduler ./cmd/etcd ./cmd/clustercerts
 	touch $(CLUSTER_BINS)  # go build leaves an up-to-date binary's time as it was
+
+# The real nodes' kubelet (docs/nodes.md), from the k8s.io/kubernetes module the control plane
+# is built from (tools/cluster/go.mod), with the same release stamped in.
+KUBELET := $(TOOLS)/bin/kubelet
+$(KUBELET): $(CLUSTER_SOURCES) Makefile
+	$(GO_CHECK)
+	mkdir -p $(TOOLS)/bin
+	cd tools/cluster && $(GO) build -ldflags "$(K8S_VERSION_FLAGS)" -o $(abspath $@) k8s.io/kubernetes/cmd/kubelet
+	touch $@
+
+# The real nodes' Ascend device plugin: the kubelet's device-plugin API (k8s.io/kubelet), device files made here.
+ASCEND_PLUGIN := $(TOOLS)/bin/ascend-device-plugin
+$(ASCEND_PLUGIN): tools/ascend-device-plugin/go.mod tools/ascend-device-plugin/go.sum tools/ascend-device-plugin/main.go
+	$(GO_CHECK)
+	cd tools/ascend-device-plugin && $(GO) build -o $(abspath $@) .
 
 # Kubernetes' own $(VAR) expansion (k8s.io/kubernetes), the oracle for the Python port.
 $(KUBEEXPAND): tools/kubeexpand/go.mod tools/kubeexpand/go.sum tools/kubeexpand/main.go
@@ -200,7 +224,7 @@ $(SCHED_PLUGINS) &: tools/scheduler-plugins/go.mod tools/scheduler-plugins/go.su
 	for name in scheduler controller; do \
 		mv -f $(TOOLS)/build/scheduler-plugins-$(SCHED_PLUGINS_VERSION)/$$name $(TOOLS)/bin/scheduler-plugins-$$name-$(SCHED_PLUGINS_VERSION); done
 
-go-tools: $(ARGOLINT) $(ARGOLINT_V3) $(WORKFLOW_CONTROLLER) $(ARGOEXEC) $(KUBEEXPAND) $(CLUSTER_BINS) $(PODSECURITY) $(COREDNS) $(GANG_SCHEDULERS) ## build the Go tools into .tools/bin (cached)
+go-tools: $(ARGOLINT) $(ARGOLINT_V3) $(WORKFLOW_CONTROLLER) $(ARGOEXEC) $(ARGOEXEC_STATIC) $(KUBEEXPAND) $(CLUSTER_BINS) $(KUBELET) $(ASCEND_PLUGIN) $(PODSECURITY) $(COREDNS) $(GANG_SCHEDULERS) ## build the Go tools into .tools/bin (cached)
 
 FILES ?=
 argo-lint: $(ARGOLINT) $(ARGOLINT_V3) ## Argo's own validator (v4 and v3) on FILES="a.yaml b.yaml"
@@ -217,29 +241,47 @@ $(POSTGRES):
 	apt-get install -y --no-install-recommends postgresql-15 || \
 		{ apt-get update && apt-get install -y --no-install-recommends postgresql-15; }
 
+# The real nodes' runtime and the images' tools (docs/nodes.md): Debian's containerd, runc, CNI
+# plugins, buildah and mmdebstrap, installed when missing.
+NODE_PACKAGES := containerd runc containernetworking-plugins buildah mmdebstrap
+NODE_TOOLS := /usr/bin/containerd /usr/sbin/runc /usr/lib/cni/bridge /usr/bin/buildah /usr/bin/mmdebstrap
+$(NODE_TOOLS) &:
+	apt-get install -y --no-install-recommends $(NODE_PACKAGES) || \
+		{ apt-get update && apt-get install -y --no-install-recommends $(NODE_PACKAGES); }
+
+# The nodes' images, built from packages and cached by their inputs in ~/.cache/torchdag/images
+# (testbed/images: the first build downloads Debian packages and torch, about 15 minutes).
+images: $(VENV_STAMP) $(ARGOEXEC_STATIC) $(NODE_TOOLS) ## build the real nodes' images (a user's with torch, torchdag's from the Dockerfile, ...) into the image store
+	$(PY) -m testbed.images build
+
 # The cluster's state (pids, logs, certificates, kubeconfig) lives in CLUSTER_DIR.
 CLUSTER_DIR ?= .cluster
 CLUSTER := $(PY) -m testbed.cluster --dir $(CLUSTER_DIR)
-cluster-up: $(VENV_STAMP) $(CLUSTER_BINS) $(WORKFLOW_CONTROLLER) $(ARGOEXEC) $(KUBECTL) $(POSTGRES) ## start a local control plane + Argo's controller (processes on 127.0.0.1); CLUSTER_DIR/kubeconfig
+# The real nodes' parts: the kubelet, the Ascend device plugin, CoreDNS, Debian's runtime, the images.
+NODE_DEPS := $(KUBELET) $(ASCEND_PLUGIN) $(COREDNS) $(NODE_TOOLS) images
+# `make cluster-up` starts the nodes of examples/local.yaml unless VALUES is given.
+CLUSTER_VALUES = $(if $(filter file,$(origin VALUES)),examples/local.yaml,$(VALUES))
+cluster-up: $(VENV_STAMP) $(CLUSTER_BINS) $(WORKFLOW_CONTROLLER) $(ARGOEXEC) $(KUBECTL) $(POSTGRES) $(NODE_DEPS) ## start a local control plane + Argo's controller, and real nodes (kubelet, containerd, runc) for VALUES (default examples/local.yaml); CLUSTER_DIR/kubeconfig
 	$(CLUSTER) up
+	$(CLUSTER) nodes $(CLUSTER_VALUES)
 
 SCHEDULERS ?= kueue coscheduling
 cluster-schedulers: $(VENV_STAMP) $(GANG_SCHEDULERS) ## start the real gang schedulers (SCHEDULERS, default: kueue coscheduling) in the running local cluster, with their CRDs, webhooks and queues
 	$(CLUSTER) schedulers $(SCHEDULERS)
 
-cluster-nodes: $(VENV_STAMP) ## register VALUES' nodes as Ready Nodes of the local cluster
+cluster-nodes: $(VENV_STAMP) $(NODE_DEPS) ## start real nodes for VALUES' nodes (those not running yet): docs/nodes.md
 	$(CLUSTER) nodes $(VALUES)
 
 # The process kubelet runs pods as local processes (torch comes from .venv); --cpu: NPU and
 # GPU nodes train on CPU, as `make smoke --cpu` (docs/kubelet.md).
 KUBELET_ARGS ?= --cpu
-cluster-kubelet: $(VENV_STAMP) ## run the pods of the registered Nodes as local processes (background; KUBELET_ARGS, default --cpu)
+cluster-kubelet: $(VENV_STAMP) ## run the pods of Nodes registered with `python -m testbed.cluster register VALUES` as local processes (background; KUBELET_ARGS, default --cpu)
 	$(PY) -m testbed.cluster --dir $(CLUSTER_DIR) kubelet $(KUBELET_ARGS)
 
 cluster-down: $(VENV_STAMP) ## stop the local cluster's processes and remove CLUSTER_DIR
 	$(CLUSTER) down
 
-e2e: $(VENV_STAMP) $(HELM) $(CLUSTER_BINS) $(GANG_SCHEDULERS) $(WORKFLOW_CONTROLLER) $(ARGOEXEC) $(KUBECTL) $(PODSECURITY) $(POSTGRES) ## the tests on a local cluster with Argo's real controller (docs/e2e.md); make test runs them too
+e2e: $(VENV_STAMP) $(HELM) $(CLUSTER_BINS) $(GANG_SCHEDULERS) $(WORKFLOW_CONTROLLER) $(ARGOEXEC) $(KUBECTL) $(PODSECURITY) $(POSTGRES) $(NODE_DEPS) ## the tests on a local cluster with Argo's real controller (docs/e2e.md); make test runs them too
 	HELM=$(abspath $(HELM)) PODSECURITY=$(abspath $(PODSECURITY)) TORCHDAG_E2E=1 $(PY) -m pytest -m e2e tests
 
 setup: $(VENV_STAMP) $(HELM) ## install the venv (torch, test tools), helm and kubectl
@@ -307,7 +349,7 @@ TEST_ENV = HELM=$(abspath $(HELM)) ARGOLINT=$(abspath $(ARGOLINT)) ARGOLINT_V3=$
 	KUBEEXPAND=$(abspath $(KUBEEXPAND)) PODSECURITY=$(abspath $(PODSECURITY)) \
 	TORCHDAG_ASCEND_VENV_REQUIRED=1 TORCHDAG_NETNS_REQUIRED=1 TORCHDAG_E2E=1
 TEST_TOOLS = $(VENV_STAMP) $(HELM) $(ASCEND_STAMP) $(ARGOLINT) $(ARGOLINT_V3) $(KUBEEXPAND) $(PODSECURITY) $(COREDNS) \
-	$(CLUSTER_BINS) $(GANG_SCHEDULERS) $(WORKFLOW_CONTROLLER) $(ARGOEXEC) $(KUBECTL) $(POSTGRES)
+	$(CLUSTER_BINS) $(GANG_SCHEDULERS) $(WORKFLOW_CONTROLLER) $(ARGOEXEC) $(KUBECTL) $(POSTGRES) $(NODE_DEPS)
 
 test: lint $(TEST_TOOLS) ## lint, then install everything and run every tier but the long one (25 minutes)
 	$(TEST_ENV) $(PY) -m pytest -n 2 --dist loadgroup -m "not long" tests --durations=25
@@ -329,7 +371,7 @@ $(BENCH_VENV)/.installed: requirements-bench.txt
 	$(BENCH_VENV)/bin/python -m pip install --quiet --disable-pip-version-check -r requirements-bench.txt
 	touch $@
 
-bench: $(VENV_STAMP) $(HELM) $(BENCH_VENV)/.installed bench-cluster bench-tiers ## render, helm and TorchX side by side; Argo's status per pod; trainer overhead; scale on the real controller; what each test tier costs; torchdag_ddp with the stand-in device beside the CPU (numbers, not pass/fail)
+bench: $(VENV_STAMP) $(HELM) $(BENCH_VENV)/.installed bench-cluster bench-nodes bench-tiers ## render, helm and TorchX side by side; Argo's status per pod; trainer overhead; scale on the real controller; what each test tier costs; torchdag_ddp with the stand-in device beside the CPU (numbers, not pass/fail)
 	HELM=$(abspath $(HELM)) $(PY) bench/bench_render.py
 	$(PY) bench/bench_status.py
 	$(PY) bench/bench_trainer.py
@@ -346,6 +388,9 @@ $(TORCH21_STAMP): requirements-torch21.txt requirements-fast.txt requirements-re
 
 torch21-check: $(TORCH21_STAMP) ## torchdag_ddp's stand-in test under torch 2.1 (310P images' torch_npu 2.1): its own venv (about 5 GB), a few minutes
 	$(TORCH21_VENV)/bin/python -m pytest -n 2 --dist loadgroup -p no:cacheprovider tests/trainer/test_torchdag_ddp.py
+
+bench-nodes: $(VENV_STAMP) $(CLUSTER_BINS) $(WORKFLOW_CONTROLLER) $(ARGOEXEC) $(KUBECTL) $(POSTGRES) $(NODE_DEPS) ## a 2-node job on real nodes against the process kubelet: node start and create-to-Succeeded times (docs/nodes.md)
+	$(PY) bench/bench_nodes.py
 
 bench-tiers: $(VENV_STAMP) ## make test-fast and make test (warm) timed against their budgets (3 and 25 minutes), and .ci/run in a fresh clone with empty caches (75); the test time per folder (about two hours)
 	$(PY) bench/bench_tiers.py

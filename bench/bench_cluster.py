@@ -105,7 +105,7 @@ def measure(layout: Layout, folder: Path, n: int, crd: str, controller: dict, st
     attempts, budget = status_budget(plan)
     workflow = folder / f"scale-{n}-workflow.yaml"
     workflow.write_text(text, encoding="utf-8")
-    subprocess.run([sys.executable, "-m", "testbed.cluster", "--dir", str(layout.root), "nodes", str(values)],
+    subprocess.run([sys.executable, "-m", "testbed.cluster", "--dir", str(layout.root), "register", str(values)],
                    cwd=REPO, check=True, capture_output=True)
     start = time.monotonic()
     name = kubectl(layout, "create", "-f", str(workflow), "-o", "name").strip().split("/")[-1]
@@ -177,7 +177,7 @@ def measure_recovery(layout: Layout, folder: Path, n: int, recovery: str) -> dic
     _, _, text = guard(values)
     workflow = folder / f"recovery-{recovery}-{n}.yaml"
     workflow.write_text(text, encoding="utf-8")
-    subprocess.run([sys.executable, "-m", "testbed.cluster", "--dir", str(layout.root), "nodes", str(values)],
+    subprocess.run([sys.executable, "-m", "testbed.cluster", "--dir", str(layout.root), "register", str(values)],
                    cwd=REPO, check=True, capture_output=True)
     start = time.monotonic()
     name = kubectl(layout, "create", "-f", str(workflow), "-o", "name").strip().split("/")[-1]
@@ -270,7 +270,7 @@ def measure_status(layout: Layout, folder: Path, n: int, shape: str, host_length
     attempts, budget = status_budget(plan)
     workflow = folder / f"status-{shape}-{n}.yaml"
     workflow.write_text(text, encoding="utf-8")
-    subprocess.run([sys.executable, "-m", "testbed.cluster", "--dir", str(layout.root), "nodes", str(values)],
+    subprocess.run([sys.executable, "-m", "testbed.cluster", "--dir", str(layout.root), "register", str(values)],
                    cwd=REPO, check=True, capture_output=True)
     start = time.monotonic()
     name = kubectl(layout, "create", "-f", str(workflow), "-o", "name").strip().split("/")[-1]

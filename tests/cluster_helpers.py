@@ -29,6 +29,8 @@ CLUSTER_BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-s
 # Set by `make test` and `make e2e`: a cluster per pytest process costs a minute or two of
 # both cores, so a bare `pytest` leaves these tests out unless asked.
 E2E = "TORCHDAG_E2E"
+# A cluster already up (its directory, e.g. .cluster): the tests use it instead of their own.
+REUSE = "TORCHDAG_TEST_CLUSTER_DIR"
 UP_TIMEOUT_S = 600  # a cold start on a busy two-core machine: about a minute; margin for load
 
 
@@ -128,5 +130,9 @@ def require_e2e(binaries: tuple[str, ...] = CLUSTER_BINARIES) -> None:
 @pytest.fixture(scope="session")
 def local_cluster(tmp_path_factory) -> LocalCluster:
     require_e2e()
+    reused = os.environ.get(REUSE)
+    if reused:  # a developer's running cluster (`make cluster-up`): used as it is, left running
+        yield LocalCluster(Path(reused).resolve())
+        return
     with running_cluster(tmp_path_factory.mktemp("cluster")) as cluster:
         yield cluster

@@ -1,4 +1,5 @@
-"""python -m testbed.cluster up|down|nodes VALUES|kubelet|schedulers NAME... (the Makefile's cluster-* targets)."""
+"""python -m testbed.cluster up|down|nodes VALUES|stop-nodes NAME...|register VALUES|kubelet|
+schedulers NAME... (the Makefile's cluster-* targets)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import sys
 
 from torchdag.errors import run_command
 
+from ..node.nodes import RealNodes, specs_from_values
 from .layout import Layout
 from .nodes import DEFAULT_CAPACITY, node_objects, register
 from .procs import ports
@@ -30,11 +32,17 @@ def build_parser() -> argparse.ArgumentParser:
     gang.add_argument("names", nargs="+", choices=GANG_SCHEDULERS)
     commands.add_parser("down", help="stop every component (SIGTERM, then SIGKILL) and remove the state directory")
     commands.add_parser("kubelet", help="start the process kubelet in the background for every Node "
-                                                  "`nodes` registers; extra words go to it (e.g. --cpu)")
-    nodes = commands.add_parser("nodes", help="register the values file's nodes as Ready Nodes")
+                                                  "`register` registers; extra words go to it (e.g. --cpu)")
+    nodes = commands.add_parser("nodes", help="start a real node (kubelet, containerd, runc) for each node of the "
+                                              "values file not running yet: docs/nodes.md")
     nodes.add_argument("values", help="a torchdag values file, e.g. examples/local.yaml")
+    stop = commands.add_parser("stop-nodes", help="stop real nodes as machines that go away (their containers too)")
+    stop.add_argument("names", nargs="+", help="node names")
+    register = commands.add_parser("register", help="register the values file's nodes as Ready Node objects only, "
+                                                    "for the process kubelet and the scale bench (no kubelet runs)")
+    register.add_argument("values", help="a torchdag values file, e.g. examples/local.yaml")
     for key, value in DEFAULT_CAPACITY.items():
-        nodes.add_argument(f"--{key}", default=value, help=f"each Node's {key} (default {value})")
+        register.add_argument(f"--{key}", default=value, help=f"each Node's {key} (default {value})")
     return parser
 
 
@@ -50,6 +58,20 @@ def _body(args: argparse.Namespace) -> int:
         cluster.down()
     elif args.command == "kubelet":
         cluster.kubelet(args.kubelet_args)
+    elif args.command in ("nodes", "stop-nodes"):
+        specs = specs_from_values(args.values) if args.command == "nodes" else []
+        if not cluster.layout.kubeconfig.exists():
+            raise ClusterError(f"no cluster at {cluster.layout.root}: run `make cluster-up` first")
+        real = RealNodes(cluster.layout)
+        if args.command == "stop-nodes":
+            for name in args.names:
+                real.stop(name)
+            print(f"stopped {', '.join(args.names)}")
+            return 0
+        running = [spec.name for spec in specs if spec.name in real.nodes() and real.running(spec.name)]
+        if running:
+            print(f"running already: {', '.join(running)}")
+        real.start(specs)  # the running ones only get the images they lack
     else:
         nodes = node_objects(args.values, {key: getattr(args, key) for key in DEFAULT_CAPACITY})
         if not cluster.layout.kubeconfig.exists():

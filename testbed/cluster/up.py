@@ -22,6 +22,7 @@ import yaml
 from kubernetes.client.exceptions import ApiException
 
 from ..kube import Kube
+from ..node import nodes as realnodes
 from . import manifests, postgres, procs, schedulers
 from .layout import (
     ARGO_CRDS,
@@ -29,7 +30,6 @@ from .layout import (
     ARGO_NAMESPACE,
     SA_ISSUER,
     SERVICE_CIDR,
-    SERVICE_IP,
     WORKFLOW_NAMESPACE,
     Layout,
     binary,
@@ -45,8 +45,8 @@ GRACE_S = {"workflow-controller": 2.0}
 WAIT_S = 240.0  # one component's start on a busy two-core machine takes up to a minute or so
 
 
-def argv(layout: Layout, component: str, port: dict[str, int]) -> list[str]:
-    """The component's command line (all addresses 127.0.0.1)."""
+def argv(layout: Layout, component: str, port: dict[str, int], services: str = SERVICE_CIDR) -> list[str]:
+    """The component's command line (all addresses 127.0.0.1); `services`: the service range."""
     pki, kubeconfig = layout.pki, str(layout.kubeconfig)
     serving = ["--bind-address=127.0.0.1", f"--cert-dir={layout.root / 'serving' / component}",
                f"--authentication-kubeconfig={kubeconfig}", f"--authorization-kubeconfig={kubeconfig}"]
@@ -80,7 +80,7 @@ def argv(layout: Layout, component: str, port: dict[str, int]) -> list[str]:
             "--requestheader-extra-headers-prefix=X-Remote-Extra-",
             f"--service-account-issuer={SA_ISSUER}", f"--service-account-key-file={pki / 'sa.pub'}",
             f"--service-account-signing-key-file={pki / 'sa.key'}",
-            f"--service-cluster-ip-range={SERVICE_CIDR}", "--authorization-mode=Node,RBAC",
+            f"--service-cluster-ip-range={services}", "--authorization-mode=Node,RBAC",
             "--allow-privileged=true",
             # Endpoints may not hold a loopback address; in-cluster clients get the real one.
             "--endpoint-reconciler-type=none", "--profiling=false",
@@ -89,7 +89,7 @@ def argv(layout: Layout, component: str, port: dict[str, int]) -> list[str]:
             f"--kubeconfig={kubeconfig}", *serving, f"--secure-port={port['controller-manager']}",
             "--leader-elect=false", "--use-service-account-credentials=true",
             f"--service-account-private-key-file={pki / 'sa.key'}", f"--root-ca-file={pki / 'ca.crt'}",
-            f"--service-cluster-ip-range={SERVICE_CIDR}", "--profiling=false",
+            f"--service-cluster-ip-range={services}", "--profiling=false",
             # Each controller's client may make 20 requests/s by default: the node lifecycle
             # controller then took minutes to lift the `not-ready` taint of 1,024 new Nodes
             # (a few requests each; the scale bench). Large clusters raise it the same way.
@@ -138,6 +138,7 @@ class Cluster:
         self.controller_flags = controller_flags
         self.controller_config = controller_config or {}
         self.port: dict[str, int] = {}
+        self.services = SERVICE_CIDR
         self._kube: Kube | None = None
 
     # -- talking to the servers -------------------------------------------------------------
@@ -216,7 +217,7 @@ class Cluster:
         if procs.running(self.layout, component, binary(component)) is not None:
             return False
         flags = self.controller_flags if component == "workflow-controller" else ()
-        procs.start(self.layout, component, [*argv(self.layout, component, self.port), *flags],
+        procs.start(self.layout, component, [*argv(self.layout, component, self.port, self.services), *flags],
                     env(component, self.port))
         return True
 
@@ -225,7 +226,11 @@ class Cluster:
         if missing or not ARGO_CRDS.is_dir():
             raise ClusterError(f"missing under .tools: {', '.join(missing) or ARGO_CRDS}; run `make cluster-up`")
         self.layout.root.mkdir(parents=True, exist_ok=True)
-        subprocess.run([str(binary("clustercerts")), "-dir", str(self.layout.pki), "-service-ip", SERVICE_IP],
+        # The service range: the cluster's own (testbed/node/network.py), so that the real
+        # nodes' pods reach the kubernetes Service of their cluster, whichever else runs here.
+        slot = realnodes.slot_of(self.layout)
+        self.services, service_ip = str(slot.services), slot.service_ip
+        subprocess.run([str(binary("clustercerts")), "-dir", str(self.layout.pki), "-service-ip", service_ip],
                        check=True)
         self.port = procs.ports(self.layout, PORTS)
         self.layout.kubeconfig.write_text(manifests.kubeconfig(self.layout, self.port["apiserver"]))
@@ -341,7 +346,9 @@ class Cluster:
 
     def down(self, say=print) -> None:
         stopped = []
-        # The kubelet first: it stops the pods' processes it started.
+        # The real nodes first (and the services and addresses they use): they stop their pods.
+        stopped += realnodes.RealNodes(self.layout, say).stop_all()
+        # The process kubelet too: it stops the pods' processes it started.
         if procs.stop(self.layout, "kubelet", Path(sys.executable), grace=30.0):
             stopped.append("kubelet")
         stopped += schedulers.stop(self.layout)  # before the API server they talk to

@@ -95,7 +95,8 @@ def main(argv: list[str] | None = None) -> int:
                       record=Recorder(args.record) if args.record else None)
     missing = kubelet.keeper.load()
     if missing:
-        print(f"error: no such Node: {', '.join(missing)} (register them first: make cluster-nodes)", file=sys.stderr)
+        print(f"error: no such Node: {', '.join(missing)} (register them first: "
+              "python -m testbed.cluster register VALUES)", file=sys.stderr)
         return 2
     say = kubelet.say
     if api.cfg.ssl_ca_cert:  # the API server's client certificate is checked against the cluster's CA

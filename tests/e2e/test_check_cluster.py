@@ -45,7 +45,7 @@ def place(local_cluster, tmp_path_factory):
         path = folder / f"hosts-{devices}.yaml"
         path.write_text(yaml.safe_dump(values({"nodes": [{"name": n, "accelerator": "ascend910", "devices": devices}
                                                           for n in names]})))
-        done = local_cluster.command("nodes", str(path))
+        done = local_cluster.command("register", str(path))
         assert done.returncode == 0, done.stdout + done.stderr
     yield {"cluster": local_cluster, "dir": folder, "namespace": namespace, "plain": plain, "hosts": hosts}
     local_cluster.kubectl("delete", "namespace", namespace, plain, "--wait=false", check=False)

@@ -38,6 +38,14 @@ WATCH_POLL = 5  # the watch's default --poll
 STATUS_ROOM = 4500
 
 
+@pytest.fixture
+def job(kubelet_job):
+    """On the process kubelet for now: its faults ran on real nodes in this round, but the
+    SIGSTOP hang was not seen waiting within 240 s there; it stays on the process kubelet until
+    that is understood (issue 43)."""
+    return kubelet_job
+
+
 def values_for(job, hosts: list[str], fault: str, port: int, extra: dict | None = None) -> dict:
     return {"name": f"diag-{fault}", "namespace": job.namespace, "image": "registry.example.com/torchdag/trainer:0.1",
             "script": FAULTS, "args": ["--type", "example", "--max-steps", "400", "--log-every", "5"],

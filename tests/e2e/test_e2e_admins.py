@@ -2,7 +2,8 @@
 `rbac.create` (also for an executor account whose token Secret the chart creates), and a
 WorkflowTemplate registered with kubectl and then referenced by a Workflow (what `argo submit
 --from` creates), found by the job's label, each run to Succeeded by the real controller with
-the process kubelet running the pods, under the RBAC the chart (or docs/rbac/) grants."""
+real nodes (the kubelet, containerd and runc) running the pods, under the RBAC the chart (or
+docs/rbac/) grants."""
 
 from __future__ import annotations
 
@@ -16,16 +17,15 @@ from helpers import REPO
 
 # long: `make test-long` runs it (minutes of cluster jobs), outside make test's 25 minutes
 pytestmark = [pytest.mark.go, pytest.mark.torch, pytest.mark.e2e, pytest.mark.long]
-TWO_NODES = [{"address": "198.18.10.1", "nic": "eth10", "devices": 1, "master": True},
-             {"address": "198.18.10.2", "nic": "eth10", "devices": 1}]
+TWO_NODES = [{"devices": 1, "master": True}, {"devices": 1}]
 ARGS = ["--type", "example", "--max-steps", "20", "--log-every", "10"]
 
 
 def test_helm_install_with_rbac_create_runs_to_succeeded(job):
     # The chart's own Role and ServiceAccount, no docs/rbac/ Role.
+    job.rbac = False
     values = job.values([dict(n) for n in TWO_NODES], ARGS,
                         extra="serviceAccountName: trainer\nrbac: {create: true, createServiceAccount: true}\n")
-    job.start(values, rbac=False)
     helm = [str(REPO / ".tools" / "bin" / "helm"), f"--kubeconfig={job.cluster.kubeconfig}", "-n", job.namespace]
     installed = subprocess.run([*helm, "install", "training", str(REPO / "chart"), "-f", str(values)],
                                capture_output=True, text=True, timeout=120)
@@ -45,11 +45,11 @@ def test_rbac_create_gives_the_executor_account_its_token_secret(job):
     executor reports with the token of executorServiceAccountName, which the controller mounts
     from the Secret `<account>.service-account-token`. Kubernetes >= 1.24 does not create it;
     the chart's rbac.create does, and the token controller fills it in."""
+    job.rbac = False  # the chart's rbac.create grants the Roles
     job.cluster.kubectl("create", "serviceaccount", "argo-exec", "-n", job.namespace)
     values = job.values([dict(n) for n in TWO_NODES], ARGS,
                         extra="automountServiceAccountToken: false\nexecutorServiceAccountName: argo-exec\n"
                               "rbac: {create: true}\n")
-    job.start(values, rbac=False)
     helm = [str(REPO / ".tools" / "bin" / "helm"), f"--kubeconfig={job.cluster.kubeconfig}", "-n", job.namespace]
     installed = subprocess.run([*helm, "install", "training", str(REPO / "chart"), "-f", str(values)],
                                capture_output=True, text=True, timeout=120)
@@ -73,7 +73,6 @@ def test_rbac_create_gives_the_executor_account_its_token_secret(job):
 
 def test_a_workflowtemplate_referenced_by_a_workflow_runs_to_succeeded(job):
     values = job.values([dict(n) for n in TWO_NODES], ARGS, extra="kind: WorkflowTemplate\n")
-    job.start(values)
     rendered = job.render(values)
     (template,) = [d for d in yaml.safe_load_all(rendered.read_text()) if d and d["kind"] == "WorkflowTemplate"]
     job.cluster.kubectl("create", "-f", str(rendered))

@@ -16,13 +16,22 @@ from pathlib import Path
 
 import pytest
 import yaml
-from e2e_helpers import started_processes
+from e2e_helpers import job_port, started_processes
 
-from helpers import EXAMPLE, REPO, free_port
+from helpers import EXAMPLE, REPO
 
 pytestmark = [pytest.mark.go, pytest.mark.torch, pytest.mark.e2e]
 AGENTS = "/opt/torchdag/torchdag/agents"
 ORIGINAL_STYLE = Path(__file__).resolve().parents[1] / "third_party" / "original_style.py"
+
+
+@pytest.fixture
+def job(kubelet_job):
+    """On the process kubelet, whose --cpu stands in for the NPUs: examples/cluster.yaml is two
+    Ascend 310P machines whose script hard-codes hccl, which needs torch_npu and the Ascend driver
+    the Workflow mounts from the host (/usr/local/Ascend/driver); no Ascend hardware here. Its
+    record of which helper each container started is the process kubelet's log."""
+    return kubelet_job
 
 
 def default_job(job, extra: dict | None = None, file: str = "cluster.yaml") -> Path:
@@ -32,7 +41,7 @@ def default_job(job, extra: dict | None = None, file: str = "cluster.yaml") -> P
     for index, (node, host) in enumerate(zip(values["nodes"], job.hosts)):
         node.update(name=host, address=f"198.18.12.{index + 1}")
     job.used = len(values["nodes"])
-    values.update(namespace=job.namespace, port=free_port(), **(extra or {}))  # a port of its own on 127.0.0.1
+    values.update(namespace=job.namespace, port=job_port(), **(extra or {}))  # a port of its own on 127.0.0.1
     code = job.dir / "code" / "rl"
     code.mkdir(parents=True, exist_ok=True)
     (code / "BladeTrain.py").write_text(ORIGINAL_STYLE.read_text())

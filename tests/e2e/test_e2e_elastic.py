@@ -26,6 +26,14 @@ STEPS, EVERY = 600, 200  # a few seconds of training past the deletion: the modu
 ROUND = re.compile(r"^\[trainer\] node \d+: rank \d+ of (\d+), worker restart (\d+), resumed from step (\w+)$", re.M)
 
 
+@pytest.fixture
+def job(kubelet_job):
+    """On the process kubelet for now: a lost host on real nodes is a stopped node whose pod the
+    pod garbage collector fails; the module's timing bounds were set on the process kubelet, and
+    it moves once they hold on real nodes (issue 43)."""
+    return kubelet_job
+
+
 def _start(job, subnet: int, extra: str = "") -> str:
     nodes = [{"address": f"198.18.{subnet}.{i + 1}", "nic": f"eth{subnet}", "devices": 1,
               **({"master": True} if i == 0 else {})} for i in range(3)]

@@ -19,6 +19,13 @@ from trainer import checkpoint
 pytestmark = [pytest.mark.go, pytest.mark.torch, pytest.mark.e2e]
 
 
+@pytest.fixture
+def job(kubelet_job):
+    """On the process kubelet for now: its 3-node job met a real node restarted after an earlier
+    module stopped it; it moves once node restarts are proven under the suite's load (issue 43)."""
+    return kubelet_job
+
+
 @pytest.mark.parametrize("devices", [[1, 2], [2, 1, 1]], ids=["2-nodes", "3-nodes-uneven"])
 def test_a_cpu_job_succeeds_with_every_rank_on_its_pinned_host(job, devices):
     """The master is listed last: rank 0 is whichever node says `master: true`."""
@@ -85,12 +92,12 @@ def test_a_deleted_pod_restarts_the_whole_job_which_resumes_from_its_checkpoint(
 
 
 def test_the_users_path_cluster_nodes_then_cluster_kubelet_then_kubectl_create(job):
-    """docs/e2e.md's steps: `cluster-nodes`, `cluster-kubelet` (the kubelet in the background
+    """docs/kubelet.md's steps: `register`, `cluster-kubelet` (the kubelet in the background
     for every registered Node), render, `kubectl create`: the job ends Succeeded."""
     nodes = [{"address": "198.18.11.1", "nic": "eth11", "devices": 2, "master": True},
              {"address": "198.18.11.2", "nic": "eth11", "devices": 1}]
     values = job.values(nodes, ["--type", "example", "--max-steps", "20", "--log-every", "10"])
-    assert job.cluster.command("nodes", str(values)).returncode == 0
+    assert job.cluster.command("register", str(values)).returncode == 0
     job.grant(values)
     started = job.cluster.command("kubelet", "--cpu", "--no-checkout-map", "--torchdag-image")
     assert started.returncode == 0 and "process kubelet started" in started.stdout, started.stdout + started.stderr

@@ -21,7 +21,8 @@ from kubelet_cluster_helpers import (
 from helpers import REPO
 from testbed.kube import Kube
 
-pytestmark = [pytest.mark.go, pytest.mark.e2e]
+# The process kubelet's own tests stay on it (docs/kubelet.md: what it is for): the real nodes take no pods meanwhile.
+pytestmark = [pytest.mark.go, pytest.mark.e2e, pytest.mark.usefixtures("real_nodes_cordoned")]
 ARGOEXEC = REPO / ".tools" / "bin" / "argoexec"
 MERGE = "application/merge-patch+json"
 

@@ -22,7 +22,8 @@ from testbed.runtime import Options
 from torchdag import pipeline
 from torchdag.catalog import catalog
 
-pytestmark = [pytest.mark.go, pytest.mark.e2e]
+# The process kubelet's own tests stay on it (docs/kubelet.md: what it is for): the real nodes take no pods meanwhile.
+pytestmark = [pytest.mark.go, pytest.mark.e2e, pytest.mark.usefixtures("real_nodes_cordoned")]
 MAPS = [("/code", "/srv/code"), ("/workspace", "/srv/ws")]
 NODE_NAME = "workflows.argoproj.io/node-name"
 

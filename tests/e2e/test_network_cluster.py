@@ -21,7 +21,9 @@ from torchdag.rbac import role_files
 
 # long: `make test-long` runs it (minutes of cluster jobs), outside make test's 25 minutes
 # the control plane and Argo from Go; real torchrun
-pytestmark = [pytest.mark.go, pytest.mark.torch, pytest.mark.e2e, pytest.mark.long]
+# Its own process kubelet and Nodes (issue 43 moves it to real nodes next); the real nodes take no pods meanwhile.
+pytestmark = [pytest.mark.go, pytest.mark.torch, pytest.mark.e2e, pytest.mark.long,
+              pytest.mark.usefixtures("real_nodes_cordoned")]
 ARGOEXEC = REPO / ".tools" / "bin" / "argoexec"
 
 

@@ -66,7 +66,9 @@ def lines_of(path) -> list[str]:
 # Workflow ships, with a budget of their own (+ the one device detection, torchdag_device.py, that
 # preflight, torchdag_ddp and the trainer share: trainer/device.py lost its copy).
 # torchdag +10: network.node_nic, the nic default spelled once (plan.py had it twice).
-FOLDER_BUDGETS = {"torchdag": 6170, "torchdag/agents": 2200, "testbed": 5200, "trainer": 1600}
+# testbed +1,800 (issue 43): real nodes (testbed/node: the kubelet, containerd, runc, the pod
+# network) and the images they run (testbed/images), 1,750 lines when they came.
+FOLDER_BUDGETS = {"torchdag": 6170, "torchdag/agents": 2200, "testbed": 7000, "trainer": 1600}
 MODULE_LIMIT = 500  # issue 42: plan.py, yamlread.py, diagnose/core.py and bench_cluster.py split by subject
 
 
