@@ -13,7 +13,9 @@ import time
 
 import pytest
 
-pytestmark = [pytest.mark.go, pytest.mark.e2e]
+# long: real nodes (their kubelets and containerds run beside every later test of the worker);
+# `make test-long` runs it, outside make test's 25 minutes
+pytestmark = [pytest.mark.go, pytest.mark.e2e, pytest.mark.long]
 GANG_TIMEOUT = 30
 
 
