@@ -50,6 +50,21 @@ def post_roles(kube, namespace: str, files: list[str]) -> None:
                 kube.request("POST", url, body=doc)
 
 
+def wait_workflow_end(job, name: str, timeout: float, check=lambda: None) -> dict:
+    """The Workflow once it has ended (FINISHED), polled every second with check() first (it
+    fails the test when what serves the job has gone); past the timeout, job.explain(name)
+    printed and the test failed."""
+    def finished():
+        check()
+        wf = job.workflow(name)
+        return wf if (wf.get("status") or {}).get("phase") in FINISHED else None
+    try:
+        return job.cluster.wait_for(f"workflow {name} to finish", finished, timeout=timeout, every=1)
+    except pytest.fail.Exception:
+        print(job.explain(name))
+        raise
+
+
 def grant(cluster, namespace: str, values: Path) -> list[str]:
     """Apply the Roles the docs tell the user to apply for this job, from the docs' own files
     (docs/rbac/, the ones render.py's header names), to the namespace's default
@@ -141,16 +156,10 @@ class Job:
                                 f"workflows.argoproj.io/workflow={name}")["items"]
 
     def wait_finished(self, name: str, timeout: float) -> dict:
-        def finished():
+        def kubelet_alive():
             if self.kubelet and self.kubelet.proc.poll() is not None:
                 pytest.fail(f"the kubelet exited ({self.kubelet.proc.returncode}):\n{self.explain(name)}")
-            wf = self.workflow(name)
-            return wf if (wf.get("status") or {}).get("phase") in FINISHED else None
-        try:
-            return self.cluster.wait_for(f"workflow {name} to finish", finished, timeout=timeout, every=1)
-        except pytest.fail.Exception:
-            print(self.explain(name))
-            raise
+        return wait_workflow_end(self, name, timeout, kubelet_alive)
 
     def log(self, pod: dict, container: str = "main") -> str:
         path = self.dir / "kubelet" / "logs" / self.namespace / pod["metadata"]["name"] / f"{container}.log"
@@ -229,14 +238,7 @@ class NodeJob:
         return pod_log(self.cluster, self.namespace, pod["metadata"]["name"], container)
 
     def wait_finished(self, name: str, timeout: float) -> dict:
-        def finished():
-            wf = self.workflow(name)
-            return wf if (wf.get("status") or {}).get("phase") in FINISHED else None
-        try:
-            return self.cluster.wait_for(f"workflow {name} to finish", finished, timeout=timeout, every=1)
-        except pytest.fail.Exception:
-            print(self.explain(name))
-            raise
+        return wait_workflow_end(self, name, timeout)
 
     def explain(self, name: str) -> str:
         """The Workflow's status, each pod's state, events and log tail, the kubelets' log tails."""
