@@ -246,9 +246,9 @@ class RealNodes:
                  f"{devices} (kubelet, containerd{', Ascend device plugin' if spec.devices else ''})")
 
     def _start_entered(self, component: str, exe: Path, argv: list[str]) -> int:
-        """Start argv (nsenter ... EXE ...) and wait until its process is EXE: until nsenter has
-        exec'd it, procs.running would take the pid file for a stale one and remove it (on a
-        loaded machine that took long enough for a node to be declared dead at its start)."""
+        """Start argv (nsenter or unshare ... EXE ...) and wait until its process is EXE: until
+        then procs.running would take the pid file for a stale one and remove it (on a loaded
+        machine that took long enough for a node to be declared dead at its start)."""
         pid = procs.start(self.layout, component, argv)
         deadline = time.monotonic() + 30
         while _exe(pid) != str(exe.resolve()):
@@ -266,17 +266,9 @@ class RealNodes:
             return pid
         binds = " && ".join(f"mkdir -p {path} && mount --bind {home / folder} {path}"
                             for folder, path in NODE_PATHS.items())
-        pid = procs.start(self.layout, f"node-{name}", ["unshare", "--mount", "--propagation", "private", "--",
-                                                         "sh", "-c", f"set -e; {binds}; exec {SLEEP} infinity"])
-        deadline = time.monotonic() + 30
-        # Until its mounts are made it is unshare, then sh; then sleep (procs.running would
-        # take the pid file of a process not yet sleep for a stale one).
-        while _exe(pid) != str(SLEEP):
-            if not procs.alive(pid) or time.monotonic() > deadline:
-                raise NodeError(f"node {name}: its mount namespace did not come up; "
-                                f"{self.layout.log(f'node-{name}')} ends:\n" + _tail(self.layout.log(f"node-{name}")))
-            time.sleep(0.05)
-        return pid
+        # Until its mounts are made it is unshare, then sh; then sleep.
+        return self._start_entered(f"node-{name}", SLEEP, ["unshare", "--mount", "--propagation", "private", "--",
+                                                          "sh", "-c", f"set -e; {binds}; exec {SLEEP} infinity"])
 
     def _wait_ready(self, spec: NodeSpec) -> None:
         from ..kube import Kube
