@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -210,6 +211,12 @@ class RealNodes:
             store.load_into(self._containerd(k), names)
             return
         home = self.home(k)
+        # Orphans of an earlier run whose pid files went: a kubelet or plugin of this folder is one
+        # now (none runs by its pid file), and so is everything of it when its containerd is not running.
+        containerd_runs = procs.running(self.layout, f"containerd-{spec.name}", Path("/usr/bin/containerd"))
+        for folder in [home] if containerd_runs is None else [home / "kubelet.yaml", home / "dev"]:
+            for pid in kill_naming(folder):
+                self.say(f"node {spec.name}: stopped an orphan of an earlier run (pid {pid})")
         network.setup_node(slot, k, node["bridge"], node["address"])
         cgroup_root = f"/{CGROUP_PARENT}/{slot.index}.{k}"
         _make_cgroup_root(cgroup_root)
@@ -310,7 +317,7 @@ class RealNodes:
         if containerd.serving():
             _kill_containers(containerd)
         procs.stop(self.layout, f"containerd-{name}", Path("/usr/bin/containerd"), grace=10.0)
-        _kill_shims(containerd.socket)
+        kill_naming(self.home(k))  # shims outlive containerd; and any orphan of an earlier run
         _remove_cgroup_root(f"/{CGROUP_PARENT}/{self.slot.index}.{k}")
         procs.stop(self.layout, f"node-{name}", SLEEP, grace=5.0)  # its mounts go with it
         home = self.home(k)
@@ -409,20 +416,29 @@ def _kill_containers(containerd: Containerd) -> None:
             time.sleep(0.1)
 
 
-def _kill_shims(socket: Path) -> None:
-    """containerd's shims outlive it: those started for this node's containerd (`-address SOCKET`)."""
+def kill_naming(folder: Path, but: frozenset[int] = frozenset()) -> list[int]:
+    """SIGKILL every process whose command line names a path under the node's folder (its
+    kubelet's config, its containerd's socket and its shims, its plugin's device folder),
+    whatever the pid files say, except the pids in `but`. An orphan kubelet whose pid file had
+    gone once kept its cgroup root, and removed the pods of the next cluster's node there. The
+    pids killed."""
+    prefix = str(folder).rstrip("/").encode()
+    killed = []
     for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
+        if not proc.name.isdigit() or int(proc.name) in but or int(proc.name) == os.getpid():
             continue
         try:
             argv = (proc / "cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
-        if argv and argv[0].endswith(b"containerd-shim-runc-v2") and str(socket).encode() in argv:
+        # a path under the folder, alone or as a flag's value (--config=FOLDER/kubelet.yaml)
+        if any(re.search(rb"(^|=)" + re.escape(prefix) + rb"(/|$)", arg) for arg in argv):
             try:
                 os.kill(int(proc.name), signal.SIGKILL)
+                killed.append(int(proc.name))
             except ProcessLookupError:
                 pass
+    return killed
 
 
 def _unmount_under(folder: Path) -> None:

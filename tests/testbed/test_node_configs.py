@@ -101,3 +101,34 @@ def test_the_torchdag_image_key_covers_what_the_dockerfile_copies():
     assert {"Dockerfile", "torchdag/catalog.yaml", "trainer/train.py"} <= context
     assert not any(part.startswith(("tests/", ".venv")) for part in context)
     assert Path(recipes.REPO_ROOT / ".dockerignore").read_text().count("!trainer/") == 1
+
+
+def test_stopping_a_node_kills_every_process_that_names_its_folder_and_no_other(tmp_path):
+    """The orphan guard: a process is the node's by its command line, whatever its pid file says
+    (a kubelet whose pid file had gone kept the cgroup root of the next cluster's node)."""
+    import subprocess
+    import sys
+
+    from testbed.node.nodes import kill_naming
+
+    home = tmp_path / "0.1"
+    sleeper = [sys.executable, "-c", "import time; time.sleep(120)"]
+    argvs = {"kubelet": [*sleeper, f"--config={home}/kubelet.yaml"],
+             "shim": [*sleeper, "-address", f"{home}/containerd.sock"],
+             "the folder itself": [*sleeper, str(home)],
+             "a sibling": [*sleeper, f"--config={tmp_path}/0.10/kubelet.yaml"],
+             "spared": [*sleeper, f"--dev-dir={home}/dev"],
+             "a path that only contains it": [*sleeper, f"/elsewhere{home}/x"]}
+    procs = {what: subprocess.Popen(argv) for what, argv in argvs.items()}
+    try:
+        killed = kill_naming(home, but=frozenset({procs["spared"].pid}))
+        assert sorted(killed) == sorted(procs[w].pid for w in ("kubelet", "shim", "the folder itself"))
+        for what, proc in procs.items():
+            if what in ("kubelet", "shim", "the folder itself"):
+                assert proc.wait(timeout=10) == -9, what
+            else:
+                assert proc.poll() is None, what
+    finally:
+        for proc in procs.values():
+            proc.kill()
+            proc.wait()
