@@ -1,6 +1,7 @@
 """Rendered CPU jobs under the real Argo controller (issue 17, points 1 and 2): the real
-scheduler binds each pod to its pinned host, the process kubelet runs real torchrun jobs,
-and the Workflow ends as Argo decides."""
+scheduler binds each pod to its pinned host, real nodes (the kubelet, containerd and runc)
+run real torchrun jobs in torchdag's image, and the Workflow ends as Argo decides. The last
+test is docs/kubelet.md's own steps, which start the process kubelet."""
 
 from __future__ import annotations
 
@@ -19,13 +20,7 @@ from trainer import checkpoint
 pytestmark = [pytest.mark.go, pytest.mark.torch, pytest.mark.e2e]
 
 
-@pytest.fixture
-def job(kubelet_job):
-    """On the process kubelet for now: its 3-node job met a real node restarted after an earlier
-    module stopped it; it moves once node restarts are proven under the suite's load (issue 43)."""
-    return kubelet_job
-
-
+@pytest.mark.long  # real nodes: the long tier, as every module on them
 @pytest.mark.parametrize("devices", [[1, 2], [2, 1, 1]], ids=["2-nodes", "3-nodes-uneven"])
 def test_a_cpu_job_succeeds_with_every_rank_on_its_pinned_host(job, devices):
     """The master is listed last: rank 0 is whichever node says `master: true`."""
@@ -35,18 +30,18 @@ def test_a_cpu_job_succeeds_with_every_rank_on_its_pinned_host(job, devices):
     values = job.values(nodes, ["--type", "example", "--max-steps", "30", "--log-every", "10",
                                 "--checkpoint-dir", str(job.dir / "ckpt-{node_rank}"),
                                 "--checkpoint-storage", "node-local", "--metrics-file", str(metrics)])
-    job.start(values)
     name = job.submit(job.render(values))
     wf = job.wait_finished(name, timeout=300)
     assert wf["status"]["phase"] == "Succeeded", job.explain(name)
     pods = {rank_of(pod): pod for pod in job.pods(name) if rank_of(pod) is not None}
     assert sorted(pods) == list(range(len(devices)))
-    master_host = job.hosts[len(devices) - 1]
+    hosts = [host.name for host in job.hosts[:len(devices)]]
+    master_host = hosts[-1]
     for rank, pod in pods.items():
         # The scheduler bound the pod to the host its affinity pins, and the host of rank r
         # is the r-th node in rank order (the master first, then the others as listed).
         assert pod["spec"]["nodeName"] == pinned_host(pod)
-        expected = master_host if rank == 0 else [h for h in job.hosts[:len(devices)] if h != master_host][rank - 1]
+        expected = master_host if rank == 0 else [h for h in hosts if h != master_host][rank - 1]
         assert pod["spec"]["nodeName"] == expected
         # GROUP_RANK of the node's torchrun is the pod's node rank: its checkpoint says so.
         assert checkpoint_nodes(job.log(pod)) == {rank}, job.log(pod)[-2000:]
@@ -56,6 +51,7 @@ def test_a_cpu_job_succeeds_with_every_rank_on_its_pinned_host(job, devices):
     assert re.search(rf"^\[trainer\] training: world_size {sum(devices)}, backend gloo", job.log(pods[0]), re.M)
 
 
+@pytest.mark.long
 def test_a_deleted_pod_restarts_the_whole_job_which_resumes_from_its_checkpoint(job):
     """failurePolicy.maxRestarts: deleting one node's pod after the first checkpoint makes
     Argo run the DAG's second attempt; every node resumes from the checkpoint and the job
@@ -70,7 +66,6 @@ def test_a_deleted_pod_restarts_the_whole_job_which_resumes_from_its_checkpoint(
                                 "--checkpoint-dir", str(job.dir / "ckpt"), "--checkpoint-every", str(every),
                                 "--metrics-file", str(metrics)],
                         extra="failurePolicy: {maxRestarts: 2, backoffSeconds: 1, recovery: job}\n")
-    job.start(values)
     name = job.submit(job.render(values))
     job.cluster.wait_for("the first checkpoint", lambda: checkpoint.list_checkpoints(str(job.dir / "ckpt")),
                          timeout=240, every=0.2)
@@ -91,9 +86,11 @@ def test_a_deleted_pod_restarts_the_whole_job_which_resumes_from_its_checkpoint(
     assert second and re.search(r"^\[trainer\] resumed from checkpoint .* at step \d+$", job.log(second[0]), re.M)
 
 
-def test_the_users_path_cluster_nodes_then_cluster_kubelet_then_kubectl_create(job):
+def test_the_users_path_cluster_nodes_then_cluster_kubelet_then_kubectl_create(kubelet_job):
     """docs/kubelet.md's steps: `register`, `cluster-kubelet` (the kubelet in the background
-    for every registered Node), render, `kubectl create`: the job ends Succeeded."""
+    for every registered Node), render, `kubectl create`: the job ends Succeeded. The process
+    kubelet is what those steps start, so this test stays on it."""
+    job = kubelet_job
     nodes = [{"address": "198.18.11.1", "nic": "eth11", "devices": 2, "master": True},
              {"address": "198.18.11.2", "nic": "eth11", "devices": 1}]
     values = job.values(nodes, ["--type", "example", "--max-steps", "20", "--log-every", "10"])
