@@ -71,6 +71,29 @@ def test_a_stopped_rank_is_named_with_the_collective_it_never_entered_while_the_
                                 "waiting"), report
 
 
+def test_a_rank_heard_from_after_the_others_began_to_wait_is_not_blamed_for_its_late_record():
+    """Real nodes, 2026-12-07: rank 2's waiting record was in, ranks 0 and 1's not yet (their
+    containers starved of CPU), though their window summaries came after rank 2 entered the
+    all-reduce. They were alive then: only the rank silent since before the wait is named, and
+    the note says who is awaited (before, ranks 0 and 1 were named beside rank 3)."""
+    entered = stop_entered()
+    until = entered + dt.timedelta(seconds=35)
+    late = re.compile(r"\[torchdag\] rank [01] waiting in ")
+    logs = [[line for line in lines_of("user-stop", n) if line.time and line.time <= until
+             and not (n == 0 and late.search(line.text))] for n in range(2)]
+    assert any("window" in line.text and line.time > entered for line in logs[0])  # heard from after the wait began
+    workflow = {"metadata": {"name": "job"}, "status": {"phase": "Running"}}
+    views = core.build_views(workflow, [pod(n, None) for n in range(2)], [],
+                             {f"job-node-{n}": text(lines) for n, lines in enumerate(logs)})
+    result = core.diagnose(workflow, views, now=until)
+    first = result.first
+    assert (first.signature, first.process_rank, first.pod.host) == ("hang", 3, "host-b"), \
+        core.report_lines("job", result)
+    assert first.cause.startswith("rank 3 (host-b) never entered all_reduce #36 of the default group; rank 2 waiting"), \
+        first.cause
+    assert any("not heard from yet: rank(s) 0-1" in note for note in result.notes), result.notes
+
+
 def test_before_every_rank_could_speak_nothing_is_blamed_yet():
     """At 21 s some waiting ranks have said so, not all: the stopped rank is not named yet (a
     live rank has the report delay to say where it is), and a note says who is awaited."""

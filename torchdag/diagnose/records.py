@@ -199,7 +199,11 @@ def hang(views: list[PodView], now: dt.datetime) -> Hang | None:
         elif rank is not None and rank.view.phase in ("Failed", "Succeeded") and \
                 not (rank.view.finished and rank.view.finished >= entered):
             culprits.append(Culprit(rank, "exited", f"its pod {rank.view.phase}", [last.text] if last else []))
-        elif now >= told_by and (since is None or since < told_by):
+        elif now >= told_by and (since is None or since < entered
+                                 or now >= since + dt.timedelta(seconds=report + SILENCE_MARGIN_S)):
+            # A rank heard from after the others began to wait (its window's summary) was alive
+            # then: it has the report delay from its own last word, not from theirs (a CPU-starved
+            # rank's waiting record comes late; it is not the cause).
             quiet = f"silent since {since:%H:%M:%S}" if since else "no record from it"
             culprits.append(Culprit(rank or Rank(member, _nobody()), "silent", quiet, [last.text] if last else []))
         else:
