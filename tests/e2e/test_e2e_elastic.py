@@ -1,10 +1,20 @@
-"""Node recovery and elastic membership under the real Argo controller (issue 29): three CPU
-nodes with real torchrun processes, failurePolicy.maxRestarts 2 (recovery node, the default),
-checkpoints every 200 steps. A node's pod is deleted after the first checkpoint: only that
-node is retried, the others keep their pods, every rank resumes from a checkpoint and the
-Workflow ends Succeeded at its step count. With elastic.minNodes 2 a node whose host is gone
-is left behind and the other two finish alone, in a gang whose minimum is those two; without
-elastic members a host gone for good stops the job, naming the host (issue 37)."""
+"""Node recovery and elastic membership under the real Argo controller (issue 29): three real
+CPU nodes (the kubelet, containerd and runc) with real torchrun processes,
+failurePolicy.maxRestarts 2 (recovery node, the default), checkpoints every 200 steps. A node's
+pod is deleted after the first checkpoint: only that node is retried, the others keep their
+pods, every rank resumes from a checkpoint and the Workflow ends Succeeded at its step count.
+With elastic.minNodes 2 a node whose host is gone is left behind and the other two finish
+alone, in a gang whose minimum is those two; without elastic members a host gone for good stops
+the job, naming the host (issue 37).
+
+The deleted pods' tests run on real nodes (the kubelet, containerd and runc). The lost hosts'
+tests stay on the process kubelet: there a host's loss is its Node deleted and its pod deleted
+through the kubelet, which reports the pod Failed, so Argo retries the node. On real nodes a
+machine goes without a word: its node stopped and its Node deleted, the pod garbage collector
+deletes the orphan pod, Argo re-creates the pod in the same attempt (docs/e2e.md, "a deleted
+pod"), and the new pod, pinned to the gone host, stays Pending. The host check runs only
+before a retry, so neither test's verdict comes (run on 2026-12-07: the job still Running after
+240 s). That is a defect of node recovery, open in issue 43, not of the test."""
 
 from __future__ import annotations
 
@@ -26,23 +36,20 @@ STEPS, EVERY = 600, 200  # a few seconds of training past the deletion: the modu
 ROUND = re.compile(r"^\[trainer\] node \d+: rank \d+ of (\d+), worker restart (\d+), resumed from step (\w+)$", re.M)
 
 
-@pytest.fixture
-def job(kubelet_job):
-    """On the process kubelet for now: a lost host on real nodes is a stopped node whose pod the
-    pod garbage collector fails; the module's timing bounds were set on the process kubelet, and
-    it moves once they hold on real nodes (issue 43)."""
-    return kubelet_job
-
-
-def _start(job, subnet: int, extra: str = "") -> str:
-    nodes = [{"address": f"198.18.{subnet}.{i + 1}", "nic": f"eth{subnet}", "devices": 1,
-              **({"master": True} if i == 0 else {})} for i in range(3)]
+def _start(job, extra: str = "", subnet: int = 0) -> str:
+    """Three nodes, node 0 the master. On the process kubelet (`subnet`: its own addresses,
+    198.18.SUBNET.x, and NIC) the job's kubelet starts here; real nodes run already."""
+    nodes = [{"devices": 1, **({"master": True} if i == 0 else {})} for i in range(3)]
+    if subnet:
+        for i, node in enumerate(nodes):
+            node.update(address=f"198.18.{subnet}.{i + 1}", nic=f"eth{subnet}")
+        extra = "workflow: {podGC: ''}\n" + extra  # NodeJob.values sets it itself
     args = ["--type", "example", "--max-steps", str(STEPS), "--log-every", "0",
             "--checkpoint-dir", str(job.dir / "ckpt"), "--checkpoint-every", str(EVERY),
             "--metrics-file", str(job.dir / "metrics.json")]
-    values = job.values(nodes, args, extra="failurePolicy: {maxRestarts: 2, backoffSeconds: 1}\n"
-                                           "workflow: {podGC: ''}\n" + extra)
-    job.start(values)
+    values = job.values(nodes, args, extra="failurePolicy: {maxRestarts: 2, backoffSeconds: 1}\n" + extra)
+    if subnet:
+        job.start(values)
     name = job.submit(job.render(values))
     job.cluster.wait_for("the first checkpoint", lambda: checkpoint.list_checkpoints(str(job.dir / "ckpt")),
                          timeout=240, every=0.2)
@@ -59,6 +66,16 @@ def _delete(job, pod: dict) -> float:
     return time.monotonic()
 
 
+def _lose_host(job, pod: dict) -> tuple[str, float]:
+    """The pod's host is gone (its Node deleted) and the pod with it (deleted through the
+    process kubelet, which reports it Failed). Returns the host and the time of the loss."""
+    host = pod["spec"]["nodeName"]
+    job.cluster.kubectl("delete", "node", host, "--wait=false")
+    gone = time.time()
+    _delete(job, pod)
+    return host, gone
+
+
 def _finished(job, name) -> dict:
     wf = job.wait_finished(name, timeout=400)
     assert wf["status"]["phase"] == "Succeeded", job.explain(name)
@@ -68,7 +85,7 @@ def _finished(job, name) -> dict:
 
 
 def test_a_deleted_nodes_pod_is_retried_alone_and_the_others_keep_theirs(job):
-    name = _start(job, 21)
+    name = _start(job)
     before = _running(job, name)
     assert sorted(before) == [0, 1, 2]
     deleted = _delete(job, before[1])
@@ -94,7 +111,7 @@ def test_a_deleted_nodes_pod_is_retried_alone_and_the_others_keep_theirs(job):
 
 
 def test_the_masters_pod_deleted_still_ends_succeeded_at_its_step_count(job):
-    name = _start(job, 22)
+    name = _start(job)
     _delete(job, _running(job, name)[0])
     assert _finished(job, name)["world_size"] == 3
 
@@ -112,19 +129,16 @@ def _finished_at(node: dict) -> float:
     return datetime.fromisoformat(node["finishedAt"].replace("Z", "+00:00")).timestamp()
 
 
-def test_two_of_three_in_a_gang_go_on_when_a_hosts_node_is_gone(job):
+def test_two_of_three_in_a_gang_go_on_when_a_hosts_node_is_gone(kubelet_job):
     """gang × elastic, node recovery × a vanished host: the gang's minimum is the two machines
     the job may run with, the lost member's retries each end within elastic.rejoinSeconds, their
     host check naming the host, and the job ends Succeeded without it (issue 37)."""
-    rejoin, restarts = 10, 2
-    name = _start(job, 23, f"elastic: {{minNodes: 2, rejoinSeconds: {rejoin}}}\nscheduling: {{gang: volcano}}\n")
+    job, rejoin, restarts = kubelet_job, 10, 2
+    name = _start(job, subnet=23,
+                  extra=f"elastic: {{minNodes: 2, rejoinSeconds: {rejoin}}}\nscheduling: {{gang: volcano}}\n")
     group = job.cluster.get("podgroups.scheduling.volcano.sh", name, "-n", job.namespace)
     assert group["spec"]["minMember"] == 2, group["spec"]
-    lost = _running(job, name)[2]
-    host = lost["spec"]["nodeName"]
-    job.cluster.kubectl("delete", "node", host, "--wait=false")
-    gone = time.time()
-    _delete(job, lost)
+    host, gone = _lose_host(job, _running(job, name)[2])
     assert _finished(job, name)["world_size"] == 2
     retry, checks = _lost_member(job.workflow(name), 2)
     assert retry["phase"] == "Failed" and len(retry["children"]) == restarts + 1, retry  # no attempt after the last
@@ -137,16 +151,12 @@ def test_two_of_three_in_a_gang_go_on_when_a_hosts_node_is_gone(job):
           f"(bound {bound} s); host checks: {[c['message'] for c in checks]}")
 
 
-def test_a_required_members_gone_host_stops_the_job_naming_it(job):
+def test_a_required_members_gone_host_stops_the_job_naming_it(kubelet_job):
     """node recovery × a vanished host, no elastic members: the retried pod is not scheduled
     within scheduling.timeout, and its host check stops the job, naming the host (issue 37)."""
-    timeout = 15
-    name = _start(job, 24, f"scheduling: {{timeout: {timeout}}}\n")
-    lost = _running(job, name)[2]
-    host = lost["spec"]["nodeName"]
-    job.cluster.kubectl("delete", "node", host, "--wait=false")
-    gone = time.time()
-    _delete(job, lost)
+    job, timeout = kubelet_job, 15
+    name = _start(job, subnet=24, extra=f"scheduling: {{timeout: {timeout}}}\n")
+    host, gone = _lose_host(job, _running(job, name)[2])
     wf = job.wait_finished(name, timeout=240)
     assert wf["status"]["phase"] == "Failed", job.explain(name)
     # The verdict is the host check's log and termination message (its node's message, unless the
