@@ -82,9 +82,11 @@ def real_nodes(local_cluster) -> Nodes:
     # `cluster down` (local_cluster's teardown) stops every node and what it made.
 
 
-def pod_log(cluster, namespace: str, pod: str, container: str = "main") -> str:
-    """A container's log as `kubectl logs` gets it from the node's kubelet ("" if there is none)."""
-    done = cluster.kubectl("logs", "-n", namespace, pod, "-c", container, check=False, timeout=60)
+def pod_log(cluster, namespace: str, pod: str, container: str = "main", timestamps: bool = False) -> str:
+    """A container's log as `kubectl logs` gets it from the node's kubelet ("" if there is none);
+    with `timestamps`, each line begins with the time the runtime read it (RFC 3339)."""
+    done = cluster.kubectl("logs", "-n", namespace, pod, "-c", container, *(["--timestamps"] if timestamps else []),
+                           check=False, timeout=60)
     return done.stdout if done.returncode == 0 else ""
 
 
