@@ -79,6 +79,19 @@ def test_one_true_line(lines, field, fragment, tmp_path):
     assert "True" not in said[0] and "None" not in said[0], said
 
 
+@pytest.mark.parametrize("field, value", [("agents", '["\\n\\n    \u00d8s"]'), ("backend", '{a: "x\\ny"}'),
+                                          ("timeouts", '[1, "two\\nlines"]')])
+def test_a_value_with_line_breaks_is_shown_on_the_problems_one_line(field, value, tmp_path):
+    """Found by the fuzz test: YAML folds a string's line breaks over lines, and the problem's
+    line broke with them; the value is shown with its breaks spelled \\n."""
+    values = write(tmp_path, BASE + f"{field}: {value}\n")
+    done = render_py(str(values))
+    said = done.stderr.splitlines()
+    # each problem on its own line (a broken one would start without the file and field)
+    assert done.returncode == 2 and said and all(line.startswith(f"{values}: {field}: ") for line in said), said
+    assert "\\n" in said[0] and "must be " in said[0], said
+
+
 def test_a_misspelled_key_keeps_every_fields_own_problem(tmp_path):
     """Only rules across fields wait for the key to be fixed; each field's own problems are told now."""
     _, said = _lines(tmp_path, "backend: hccl\nport: 0\nnodes:\n  - {name: a, acelerator: ascend910}\n")
