@@ -416,16 +416,16 @@ def _kill_containers(containerd: Containerd) -> None:
             time.sleep(0.1)
 
 
-def kill_naming(folder: Path, but: frozenset[int] = frozenset()) -> list[int]:
+def kill_naming(folder: Path) -> list[int]:
     """SIGKILL every process whose command line names a path under the node's folder (its
     kubelet's config, its containerd's socket and its shims, its plugin's device folder),
-    whatever the pid files say, except the pids in `but`. An orphan kubelet whose pid file had
+    whatever the pid files say. An orphan kubelet whose pid file had
     gone once kept its cgroup root, and removed the pods of the next cluster's node there. The
     pids killed."""
     prefix = str(folder).rstrip("/").encode()
     killed = []
     for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit() or int(proc.name) in but or int(proc.name) == os.getpid():
+        if not proc.name.isdigit() or int(proc.name) == os.getpid():
             continue
         try:
             argv = (proc / "cmdline").read_bytes().split(b"\0")
