@@ -89,8 +89,8 @@ def test_a_rank_heard_from_after_the_others_began_to_wait_is_not_blamed_for_its_
     first = result.first
     assert (first.signature, first.process_rank, first.pod.host) == ("hang", 3, "host-b"), \
         core.report_lines("job", result)
-    assert first.cause.startswith("rank 3 (host-b) never entered all_reduce #36 of the default group; rank 2 waiting"), \
-        first.cause
+    assert first.cause.startswith("rank 3 (host-b) never entered all_reduce #36 of the default group; "
+                                  "rank 2 waiting"), first.cause
     assert any("not heard from yet: rank(s) 0-1" in note for note in result.notes), result.notes
 
 
