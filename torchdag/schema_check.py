@@ -151,9 +151,8 @@ def show(value: Any) -> str:
 def _yaml_flow(value: Any) -> str:
     text = yaml.safe_dump(value, default_flow_style=True, width=10**9, allow_unicode=True).strip()
     text = text[:-len("\n...")].strip() if text.endswith("\n...") else text
-    if "\n" in text:  # a string with line breaks, which YAML folds over lines: JSON spells them \n, and is YAML too
-        return json.dumps(value, ensure_ascii=False, default=str)
-    return text
+    # a string's line breaks, which YAML folds over lines: JSON spells them \n, and is YAML too
+    return json.dumps(value, ensure_ascii=False, default=str) if "\n" in text else text
 
 
 def _default_text(path: tuple) -> str:

@@ -201,9 +201,8 @@ def hang(views: list[PodView], now: dt.datetime) -> Hang | None:
             culprits.append(Culprit(rank, "exited", f"its pod {rank.view.phase}", [last.text] if last else []))
         elif now >= told_by and (since is None or since < entered
                                  or now >= since + dt.timedelta(seconds=report + SILENCE_MARGIN_S)):
-            # A rank heard from after the others began to wait (its window's summary) was alive
-            # then: it has the report delay from its own last word, not from theirs (a CPU-starved
-            # rank's waiting record comes late; it is not the cause).
+            # heard from after the wait began, it was alive then: the report delay runs from its own
+            # last record (a CPU-starved rank's waiting record comes late; it is not the cause)
             quiet = f"silent since {since:%H:%M:%S}" if since else "no record from it"
             culprits.append(Culprit(rank or Rank(member, _nobody()), "silent", quiet, [last.text] if last else []))
         else:
