@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -63,6 +64,17 @@ class Layout:
     @property
     def state(self) -> Path:
         return self.root / "state.json"
+
+    def read_state(self) -> dict:
+        return json.loads(self.state.read_text()) if self.state.exists() else {}
+
+    def write_state(self, state: dict) -> None:
+        """Atomically: other clusters' processes read it to tell whether a network slot is taken,
+        and a half-written file would read as a dead owner."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        tmp = self.state.with_name(f"state.json.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(state, indent=2, sort_keys=True) + "\n")
+        os.replace(tmp, self.state)
 
     def pid_file(self, component: str) -> Path:
         return self.root / f"{component}.pid"

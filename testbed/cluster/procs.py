@@ -8,7 +8,6 @@ the shell that started it.
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import socket
@@ -35,7 +34,7 @@ def free_port() -> int:
 def ports(layout: Layout, names: tuple[str, ...]) -> dict[str, int]:
     """The cluster's ports, picked once and kept in state.json until `down`: a component
     restarted alone comes back where its clients (and the kubeconfig) expect it."""
-    state = json.loads(layout.state.read_text()) if layout.state.exists() else {}
+    state = layout.read_state()
     chosen = state.get("ports", {})
     missing = [name for name in names if name not in chosen]
     if missing:
@@ -47,8 +46,7 @@ def ports(layout: Layout, names: tuple[str, ...]) -> dict[str, int]:
             chosen[name] = port
             taken.add(port)
         state["ports"] = chosen
-        layout.root.mkdir(parents=True, exist_ok=True)
-        layout.state.write_text(json.dumps(state, indent=2, sort_keys=True) + "\n")
+        layout.write_state(state)
     return chosen
 
 

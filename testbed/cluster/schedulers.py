@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import base64
 import ctypes
-import json
 import re
 from pathlib import Path
 
@@ -78,15 +77,13 @@ def module_tree(name: str) -> Path:
 
 def recorded(layout: Layout) -> list[str]:
     """The real schedulers this cluster runs (state.json)."""
-    if not layout.state.exists():
-        return []
-    return list(json.loads(layout.state.read_text()).get("schedulers", []))
+    return list(layout.read_state().get("schedulers", []))
 
 
 def record(layout: Layout, names: list[str]) -> None:
-    state = json.loads(layout.state.read_text()) if layout.state.exists() else {}
+    state = layout.read_state()
     state["schedulers"] = sorted(set(state.get("schedulers", [])) | set(names))
-    layout.state.write_text(json.dumps(state, indent=2, sort_keys=True) + "\n")
+    layout.write_state(state)
 
 
 def served_by_real(layout: Layout) -> set[str]:

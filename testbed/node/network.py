@@ -111,8 +111,10 @@ def _owner_alive(claim: Path) -> bool:
         return False
 
 
-def claim(cluster_root: Path, state: dict) -> Slot:
-    """This cluster's slot (kept in its state.json; claimed now when it has none)."""
+def claim(cluster_root: Path, state: dict, save) -> Slot:
+    """This cluster's slot (kept in its state.json; claimed now when it has none). `save(state)`
+    writes state.json: it runs under the claims' lock, since a claim whose owner's state does not
+    name the slot yet reads as dead to the next cluster, which would take the slot as well."""
     if "slot" in state:
         return Slot(state["slot"])
     with _claims_locked():
@@ -123,6 +125,7 @@ def claim(cluster_root: Path, state: dict) -> Slot:
             release(Slot(index), force=True)  # what a cluster that died without `down` left behind
             path.write_text(json.dumps({"cluster": str(cluster_root)}) + "\n")
             state["slot"] = index
+            save(state)
             return Slot(index)
     raise NetworkError(f"all {SLOTS} cluster slots of this machine are taken ({CLAIMS})")
 

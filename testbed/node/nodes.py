@@ -17,7 +17,6 @@ Service's ClusterIP (forward.py) and CoreDNS on the cluster DNS address.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shutil
@@ -92,25 +91,9 @@ def specs_from_values(values_path: str) -> list[NodeSpec]:
     return specs
 
 
-def _state(layout: Layout) -> dict:
-    return json.loads(layout.state.read_text()) if layout.state.exists() else {}
-
-
-def _save(layout: Layout, state: dict) -> None:
-    layout.root.mkdir(parents=True, exist_ok=True)
-    tmp = layout.state.with_suffix(".tmp")
-    tmp.write_text(json.dumps(state, indent=2, sort_keys=True) + "\n")
-    os.replace(tmp, layout.state)
-
-
 def slot_of(layout: Layout) -> network.Slot:
     """The cluster's network slot, claimed on first use (kept in state.json)."""
-    state = _state(layout)
-    had = "slot" in state
-    slot = network.claim(layout.root, state)
-    if not had:
-        _save(layout, state)
-    return slot
+    return network.claim(layout.root, layout.read_state(), layout.write_state)
 
 
 class RealNodes:
@@ -127,7 +110,7 @@ class RealNodes:
         return NODES_HOME / f"{self.slot.index}.{k}"
 
     def nodes(self) -> dict[str, dict]:
-        return _state(self.layout).get("nodes", {})
+        return self.layout.read_state().get("nodes", {})
 
     def info(self, name: str) -> NodeInfo:
         node = self.nodes()[name]
@@ -180,14 +163,15 @@ class RealNodes:
         return [self.info(spec.name) for spec in specs]
 
     def _assign(self, spec: NodeSpec) -> dict:
-        state = _state(self.layout)
+        slot = self.slot  # claimed (and saved) first: the state read below must hold it when written back
+        state = self.layout.read_state()
         nodes = state.setdefault("nodes", {})
         if spec.name not in nodes:
             taken = {node["k"] for node in nodes.values()}
             free = [k for k in range(network.MAX_NODES) if k not in taken]
             if not free:
                 raise NodeError(f"a cluster has at most {network.MAX_NODES} real nodes: {', '.join(nodes)}")
-            k, slot = free[0], self.slot
+            k = free[0]
             address, bridge = slot.node_ip(k), slot.bridge(k)
             if spec.address or spec.nic:
                 refused = network.adoptable(spec.address, spec.nic)
@@ -199,7 +183,7 @@ class RealNodes:
             nodes[spec.name] = {"k": k, "port": procs.free_port(), "healthz": procs.free_port(),
                                 "address": address, "bridge": bridge}
         nodes[spec.name].update(labels=spec.labels, devices=spec.devices)
-        _save(self.layout, state)
+        self.layout.write_state(state)
         return nodes[spec.name]
 
     def _start_one(self, spec: NodeSpec, store: Store, names: dict[str, str]) -> None:
@@ -306,7 +290,7 @@ class RealNodes:
     def stop(self, name: str) -> None:
         """Stop a node as a machine that goes away: its kubelet, its plugin, every container,
         containerd, its mount namespace; then remove its cgroups, folder and bridge."""
-        state = _state(self.layout)
+        state = self.layout.read_state()
         node = state.get("nodes", {}).get(name)
         if node is None:
             return
@@ -324,13 +308,13 @@ class RealNodes:
         _unmount_under(home)
         shutil.rmtree(home, ignore_errors=True)
         network.remove_node(self.slot, k, node.get("bridge"))
-        state = _state(self.layout)
+        state = self.layout.read_state()
         state.get("nodes", {}).pop(name, None)
-        _save(self.layout, state)
+        self.layout.write_state(state)
 
     def stop_all(self) -> list[str]:
         """Every node, then the services and the network slot (`make cluster-down`)."""
-        state = _state(self.layout)
+        state = self.layout.read_state()
         stopped = []
         for name in list(state.get("nodes", {})):
             self.stop(name)

@@ -5,15 +5,18 @@ starts real nodes)."""
 
 from __future__ import annotations
 
+import fcntl
 import ipaddress
 import json
 import tomllib
 from pathlib import Path
 
+import pytest
 import yaml
 
+from testbed.cluster.layout import Layout
 from testbed.images import recipes
-from testbed.node import configs, containerd, network
+from testbed.node import configs, containerd, network, nodes
 
 
 def test_containerd_config_reads_back_with_a_root_state_and_socket_of_its_own(tmp_path):
@@ -132,3 +135,26 @@ def test_stopping_a_node_kills_every_process_that_names_its_folder_and_no_other(
         for proc in procs.values():
             proc.kill()
             proc.wait()
+
+
+def test_two_clusters_never_share_a_network_slot_once_one_has_assigned_its_first_node(tmp_path, monkeypatch):
+    """A cluster's claim holds while its state.json names the slot. The first node's assignment
+    claims the slot and then writes the state back; in CI's two workers, a state written without
+    the slot let the other cluster take the same addresses (its pods then reached the wrong API
+    server: `x509: ... ECDSA verification failure ... torchdag-local-ca`)."""
+    monkeypatch.setattr(network, "CLAIMS", tmp_path / "claims")
+    monkeypatch.setattr(network, "release", lambda slot, force=False: None)  # no links to remove here
+
+    def save_under_the_lock(layout):
+        def save(state):
+            with open(network.CLAIMS / "lock", "a+") as other, pytest.raises(BlockingIOError):
+                fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)  # another cluster's claim waits
+            layout.write_state(state)
+        return save
+
+    first, second = Layout(tmp_path / "a"), Layout(tmp_path / "b")
+    monkeypatch.setattr(nodes, "slot_of", lambda layout: network.claim(layout.root, layout.read_state(),
+                                                                      save_under_the_lock(layout)))
+    nodes.RealNodes(first, say=lambda line: None)._assign(nodes.NodeSpec("cpu-0"))
+    assert first.read_state()["slot"] == 0 and "cpu-0" in first.read_state()["nodes"]
+    assert nodes.slot_of(second).index == 1
