@@ -7,6 +7,7 @@ document that is not YAML, or a stream without exactly one Workflow in it.
 from __future__ import annotations
 
 import functools
+import json
 import os
 
 import jinja2
@@ -151,6 +152,9 @@ def size_problem(plan: Plan, kind: str, spec_bytes: int) -> Problem | None:
     # values; the rest of the spec (templates, helpers) stays whatever the count.
     machines, own = len(plan.nodes), distinct_bytes(plan)
     floor = catalog()["argoStatus"]["specPerMachineAtLeast"]
+    if plan.loops:  # the least a machine's loop item adds (compact JSON, its comma), less its own bytes
+        floor = max(floor, min(len(json.dumps(json.loads(item), separators=(",", ":"))) + 1
+                               for loop in plan.loops for item in loop.items) - own // machines)
     helpers = catalog()["argoStatus"]["helpersAdvice"] if plan.typed.helpers.from_workflow else ""
     fixed = max(0, spec_bytes - machines * floor - own)
     fits = max(0, 1000 * (limit - job - fixed) // (1000 * floor + 1000 * own // machines + per_machine))

@@ -68,7 +68,9 @@ def lines_of(path) -> list[str]:
 # torchdag +10: network.node_nic, the nic default spelled once (plan.py had it twice).
 # testbed +1,800 (issue 43): real nodes (testbed/node: the kubelet, containerd, runc, the pod
 # network) and the images they run (testbed/images), 1,750 lines when they came.
-FOLDER_BUDGETS = {"torchdag": 6170, "torchdag/agents": 2200, "testbed": 7000, "trainer": 1600}
+# torchdag +10 (issues 39, 43): the size guard's count that fits reads each machine's loop item
+# (it was a tenth short), in render.py and the chart alike.
+FOLDER_BUDGETS = {"torchdag": 6180, "torchdag/agents": 2200, "testbed": 7000, "trainer": 1600}
 MODULE_LIMIT = 500  # issue 42: plan.py, yamlread.py, diagnose/core.py and bench_cluster.py split by subject
 
 
