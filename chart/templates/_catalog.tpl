@@ -73,6 +73,12 @@ The catalogue as JSON, its long strings folded over lines as YAML folds a double
         "if": [
           "watch"
         ],
+        "value": "gangargs.py"
+      },
+      {
+        "if": [
+          "watch"
+        ],
         "value": "gangpods.py"
       },
       {
@@ -1355,11 +1361,25 @@ The catalogue as JSON, its long strings folded over lines as YAML folds a double
           "gang"
         ],
         "value": "--what=pods"
+      },
+      "--keep-watching",
+      {
+        "if": [
+          "elastic"
+        ],
+        "value": "--elastic-from={minNodes}"
+      },
+      {
+        "if": [
+          "elastic"
+        ],
+        "value": "--elastic-timeout={rejoinSeconds}"
       }
     ],
     "continueOn": {
       "error": true
     },
+    "daemon": true,
     "env": [
       [
         "PYTHONUNBUFFERED",

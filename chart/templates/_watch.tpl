@@ -27,12 +27,15 @@
 {{- define "torchdag.watchTemplate" -}}
 {{- $plan := .plan }}{{ $v := .v }}
 {{- if $plan.gang }}
-  # Stops the Workflow, naming the unplaced pods, if the gang is not placed in time.
+  # Stops the Workflow, naming the unplaced pods, if the gang is not placed in time; then,
+  # while the job runs (a daemon), does the same for a pod re-created on a lost host.
 {{- else }}
   # Stops the Workflow, naming the host and the scheduler's reason, if a node's pod is not
-  # scheduled within scheduling.timeout.
+  # scheduled within scheduling.timeout; then, while the job runs (a daemon), does the same
+  # for a pod re-created on a lost host (an elastic member's pod is ended instead).
 {{- end }}
   - name: {{ toJson $plan.watch.task }}
+    daemon: {{ toJson $plan.catalog.watch.daemon }}
     metadata:
       labels:
         {{ toJson $plan.catalog.labels.role }}: {{ toJson $plan.watch.task }}

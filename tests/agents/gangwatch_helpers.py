@@ -137,18 +137,22 @@ def api():
         server.server_close()
 
 
-def run_watch(api_url: str, tmp_path: Path, *extra: str, pods: int | None = 3, timeout: float = 10, poll: float = 0.1,
-              env: dict | None = None, termination_log: Path | None = None) -> subprocess.CompletedProcess:
+def watch_argv(api_url: str, tmp_path: Path, *extra: str, pods: int | None = 3, timeout: float = 10,
+               poll: float = 0.1, termination_log: Path | None = None) -> list[str]:
     token = tmp_path / "token"
     token.write_text(TOKEN + "\n")
     log = termination_log if termination_log is not None else tmp_path / "termination-log"
     if termination_log is None:
         log.write_text("")  # Kubernetes creates the file; the script only writes an existing one
     count = [f"--pods={pods}"] if pods is not None else []
-    return subprocess.run([sys.executable, str(GANGWATCH), f"--workflow={WF}", f"--namespace={NS}", *count,
-                           f"--timeout={timeout:g}", f"--poll={poll:g}", "--api-server", api_url,
-                           "--token-file", str(token), "--termination-log", str(log), *extra],
-                          capture_output=True, text=True, env=watch_env(**(env or {})), timeout=60)
+    return [sys.executable, str(GANGWATCH), f"--workflow={WF}", f"--namespace={NS}", *count, f"--timeout={timeout:g}",
+            f"--poll={poll:g}", "--api-server", api_url, "--token-file", str(token), "--termination-log", str(log),
+            *extra]
+
+
+def run_watch(api_url: str, tmp_path: Path, *extra: str, env: dict | None = None, **how) -> subprocess.CompletedProcess:
+    return subprocess.run(watch_argv(api_url, tmp_path, *extra, **how), capture_output=True, text=True,
+                          env=watch_env(**(env or {})), timeout=60)
 
 
 def watch_env(**extra: str) -> dict:

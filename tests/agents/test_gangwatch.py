@@ -303,5 +303,6 @@ def test_sigterm_from_argo_ends_quietly(api, tmp_path):
             proc.kill()
             proc.wait()
     assert proc.returncode == 143, out + err
-    assert out.splitlines()[-1] == "[gang-watch] terminated (SIGTERM): the Workflow is being stopped"
+    assert out.splitlines()[-1] == ("[gang-watch] terminated (SIGTERM): the job's DAG has ended, or the Workflow "
+                                    "is being stopped")
     assert "Traceback" not in out + err and not api.calls("PATCH", WF_PATH)

@@ -5,8 +5,24 @@ steps aside (exit 0) when it cannot read the API rather than fail the job."""
 from __future__ import annotations
 
 import json
+import signal
+import subprocess
+import time
+import urllib.parse
 
-from gangwatch_helpers import NS, UNSCHEDULABLE, WF, WF_PATH, pod, pod_list, run_watch, status
+from gangwatch_helpers import (
+    NS,
+    PODS_PATH,
+    UNSCHEDULABLE,
+    WF,
+    WF_PATH,
+    pod,
+    pod_list,
+    run_watch,
+    status,
+    watch_argv,
+    watch_env,
+)
 
 
 def pinned(rank: int, how: str, host: str) -> dict:
@@ -42,3 +58,63 @@ def test_without_rbac_it_steps_aside(api, tmp_path):
     assert r.returncode == 0, r.stdout + r.stderr
     assert "warning: not watching scheduling (RBAC: not allowed to list pods" in r.stderr
     assert not api.calls("PATCH", WF_PATH)
+
+
+def relost(rank: int, host: str) -> dict:
+    """The pod Argo re-creates for a node whose pod the cluster deleted with its lost machine's
+    Node: a new name, pinned to the gone host, Pending and unschedulable."""
+    made = pinned(rank, "unschedulable", host)
+    made["metadata"]["name"] += "-again"
+    made["metadata"]["creationTimestamp"] = "2024-05-01T11:00:00Z"
+    return made
+
+
+def test_a_pod_recreated_on_a_lost_host_later_in_the_job_stops_the_job_naming_the_host(api, tmp_path):
+    placed = pod_list(pinned(0, "running", "host-a"), pinned(1, "running", "host-b"))
+    api.pods = [placed, placed, placed, pod_list(pinned(0, "running", "host-a"), relost(1, "host-b"))]
+    r = run_watch(api.url, tmp_path, "--what=pods", "--keep-watching", pods=2, timeout=1, poll=0.1)
+    assert r.returncode == 1, r.stdout + r.stderr
+    lines = r.stdout.splitlines()
+    assert "[gang-watch] every pod scheduled: 2/2 after 0 s" in lines
+    reason = (f"not scheduled within 1 s: node-rank 1 on host host-b (pod {WF}-node-1-1001-again), re-created after "
+              f"every rank was placed: Unschedulable: {UNSCHEDULABLE}")
+    assert lines[-2:] == [f"[gang-watch] {reason}", f"[gang-watch] stopped workflow {WF}: not scheduled within 1 s"]
+    assert (tmp_path / "termination-log").read_text() == reason
+    (patch,) = api.calls("PATCH", WF_PATH)
+    assert json.loads(patch["body"]) == {"spec": {"shutdown": "Terminate"}}
+    # after the placement it lists only the pending training pods: cheap at thousands of pods
+    later = urllib.parse.parse_qs(urllib.parse.urlsplit(api.calls("GET", PODS_PATH)[-1]["path"]).query)
+    assert later == {"labelSelector": [f"workflows.argoproj.io/workflow={WF},torchdag.io/node-rank"],
+                     "fieldSelector": ["status.phase=Pending"]}
+
+
+def test_an_elastic_members_pod_recreated_on_a_lost_host_is_ended_and_the_watch_goes_on(api, tmp_path):
+    """Its pod marked Failed (Argo's retry, or continueOn), the job not stopped; and the watch
+    keeps watching until Argo ends it with the DAG (SIGTERM). A pod that waits, but less than its
+    bound, is left alone: rank 0's, a required member's, with scheduling.timeout's 30 s."""
+    placed = pod_list(pinned(0, "running", "host-a"), pinned(1, "running", "host-b"))
+    api.pods = [placed, pod_list(relost(0, "host-a"), relost(1, "host-b"))]
+    argv = watch_argv(api.url, tmp_path, "--what=pods", "--keep-watching", "--elastic-from=1",
+                      "--elastic-timeout=0.5", pods=2, timeout=30, poll=0.1)
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=watch_env())
+    ended = f"{PODS_PATH}/{WF}-node-1-1001-again/status"
+    try:
+        deadline = time.monotonic() + 30
+        while not api.calls("PATCH", ended) and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.05)
+        time.sleep(1.5)  # more looks than its bound: the ended pod is not ended twice, the watch goes on
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 143, out + err
+    reason = (f"not scheduled within 0.5 s: node-rank 1 on host host-b (pod {WF}-node-1-1001-again), re-created "
+              f"after every rank was placed: Unschedulable: {UNSCHEDULABLE}")
+    (patch,) = api.calls("PATCH", ended)
+    assert json.loads(patch["body"]) == {"status": {"phase": "Failed", "reason": "Unschedulable",
+                                                    "message": f"[gang-watch] {reason}"}}
+    assert f"[gang-watch] ended pod {WF}-node-1-1001-again (Failed): node-rank 1 is an elastic member " \
+           "(elastic.minNodes 1): the job goes on without it" in out.splitlines()
+    assert not api.calls("PATCH", WF_PATH) and "Traceback" not in out + err

@@ -77,7 +77,8 @@ def test_every_training_pod_joins_the_one_gang_of_n(kind):
     assert watch["container"]["command"] == ["python3", "/opt/torchdag/torchdag/agents/gangwatch.py",
                                              "--workflow={{workflow.name}}",
                                              "--namespace={{workflow.namespace}}", f"--pods={n}", "--timeout=900",
-                                             *podgroup.get(kind, [])]
+                                             *podgroup.get(kind, []), "--keep-watching"]
+    assert watch["daemon"] is True  # it watches for pods re-created on a lost host while the job runs
     assert "schedulerName" not in watch and "affinity" not in watch  # not part of the gang
     if kind == "kueue":
         assert "gang" not in templates and all("gang" not in t.get("dependencies", []) for t in tasks)

@@ -4,7 +4,9 @@ They run in the user's image beside the training script, which has python3 (and 
 nothing of torchdag: standard library only, torch where a helper runs inside training.
 
     preflight.py        checks a node before the launcher and resolves `nic: auto`
-    gangwatch.py        stops the Workflow, naming the unplaced pods, if the gang is not placed in time
+    gangwatch.py        stops the Workflow, naming the unplaced pods, if they are not placed in time,
+                        and keeps watching for pods re-created on a lost host
+    gangargs.py         gangwatch.py's command line
     gangpods.py         what gangwatch.py reads from the pods
     kubeapi.py          the in-cluster API client gangwatch.py talks through
     torchdag_device.py  which accelerator this node has (preflight, torchdag_ddp and the trainer)

@@ -11,6 +11,13 @@ not happen within --timeout seconds it names every unplaced rank with the schedu
 reason, sets the Workflow's ``spec.shutdown`` to ``Terminate`` (Argo then deletes the
 Pending pods, stops the running ones and fails the Workflow) and exits 1.
 
+With --keep-watching (every rendered job: the task is an Argo daemon, which Argo ends when
+the DAG ends) it does not exit once every rank is placed: it goes on looking at the pods of
+its attempt that wait for a machine, for as long as the job runs. A machine lost for good
+(the cluster deletes its Node, and the pod garbage collector its pod) leaves a node's pod
+that Argo re-creates in the same attempt, pinned to the gone host, Pending for ever; such a
+pod is ended as below when it is not scheduled within the same bound.
+
 Under node recovery each retried node's pod gets one of its own (the `host-check` task,
 --what=retry --rank=R), in the same step group: if that pod is not scheduled in time (its
 host is gone, say), an elastic member's pod is marked Failed, naming the host, so that its
@@ -33,17 +40,35 @@ import time
 import urllib.parse
 
 if __package__:  # imported as torchdag.agents.gangwatch
-    from .gangpods import RANK_LABEL, WORKFLOW_LABEL, Observation, ranges
+    from .gangargs import RBAC, build_parser
+    from .gangpods import (
+        NODE_NAME_ANNOTATION,
+        RANK_LABEL,
+        WORKFLOW_LABEL,
+        Observation,
+        is_scheduled,
+        pinned_host,
+        ranges,
+        why_unscheduled,
+    )
     from .kubeapi import PREFIX, Api, ApiError, Exit, default_api_server, say, write_termination_log
 else:  # run by path, its siblings beside it: the image's torchdag/agents/ or the Workflow's ConfigMap
-    from gangpods import RANK_LABEL, WORKFLOW_LABEL, Observation, ranges
+    from gangargs import RBAC, build_parser
+    from gangpods import (
+        NODE_NAME_ANNOTATION,
+        RANK_LABEL,
+        WORKFLOW_LABEL,
+        Observation,
+        is_scheduled,
+        pinned_host,
+        ranges,
+        why_unscheduled,
+    )
     from kubeapi import PREFIX, Api, ApiError, Exit, default_api_server, say, write_termination_log
 
-SA_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 ARGO_TAG = "{" * 2
 WORKFLOW_API = "/apis/argoproj.io/v1alpha1"
 FINISHED = ("Succeeded", "Failed", "Error")
-RBAC = "get/list on pods and get/patch on workflows.argoproj.io"
 WORKFLOW_CHECK_EVERY = 30.0  # seconds between looks at the Workflow itself (it can be large)
 GRACE_POLLS, GRACE_MAX = 6, 30.0  # at the deadline: retries for a fresh look, or for the PATCH
 
@@ -79,13 +104,13 @@ class Watch:
     def elapsed(self) -> int:
         return int(round(time.monotonic() - self.start))
 
-    def elastic(self) -> bool:
-        """--what=retry: the watched rank is an elastic member (elastic.minNodes): the job goes on without it."""
-        args = self.args
-        return args.rank is not None and args.elastic_from is not None and args.rank >= args.elastic_from
+    def elastic(self, rank: int | None = None) -> bool:
+        """The rank (--what=retry: the watched one) is an elastic member (elastic.minNodes)."""
+        rank, args = self.args.rank if rank is None else rank, self.args
+        return rank is not None and args.elastic_from is not None and rank >= args.elastic_from
 
-    def timeout(self) -> float:
-        return self.args.elastic_timeout if self.elastic() and self.args.elastic_timeout else self.args.timeout
+    def timeout(self, rank: int | None = None) -> float:
+        return self.args.elastic_timeout if self.elastic(rank) and self.args.elastic_timeout else self.args.timeout
 
     # -- words: a gang is placed or not; without one (--what pods) each node's pod is scheduled or not
     def not_placed(self) -> str:
@@ -183,15 +208,17 @@ class Watch:
                    + self.delete_podgroup(), terminate_note=False)
 
     def fail_pod(self, latest: Observation, reason: str) -> None:
-        """An elastic member's retried pod that was not scheduled: marked Failed with the
-        reason as its message (as a kubelet ends a pod), which Argo reads as its node's
-        failure; the scheduler no longer tries to place a pod in a terminal phase. Its
-        attempt fails, and the job goes on without the member (continueOn)."""
         pods = latest.by_rank.get(self.args.rank) or []
         if not pods:
             raise Exit(1, f"{reason}; no pod to end", terminate_note=False)
         newest = max(pods, key=lambda p: (p.get("metadata") or {}).get("creationTimestamp") or "")
-        name = newest["metadata"]["name"]
+        raise Exit(1, self.end_pod(newest["metadata"]["name"], self.args.rank, reason), terminate_note=False)
+
+    def end_pod(self, name: str, rank: int, reason: str) -> str:
+        """An elastic member's pod that was not scheduled: marked Failed with the reason as its
+        message (as a kubelet ends a pod), which Argo reads as its node's failure; the scheduler
+        no longer tries to place a pod in a terminal phase. Its attempt fails, and the job goes
+        on without the member (continueOn). Returns the line that says so."""
         path = (f"/api/v1/namespaces/{urllib.parse.quote(self.ns, safe='')}/pods/"
                 f"{urllib.parse.quote(name, safe='')}/status")
         body = {"status": {"phase": "Failed", "reason": "Unschedulable", "message": f"{PREFIX} {reason}"}}
@@ -210,9 +237,55 @@ class Watch:
                 raise failed from exc
             break
         if answer is None:
-            raise Exit(0, f"pod {name} no longer exists: nothing to end", terminate_note=False)
-        raise Exit(1, f"ended pod {name} (Failed): node-rank {self.args.rank} is an elastic member "
-                      f"(elastic.minNodes {self.args.elastic_from}): the job goes on without it", terminate_note=False)
+            return f"pod {name} no longer exists: nothing to end"
+        return (f"ended pod {name} (Failed): node-rank {rank} is an elastic member "
+                f"(elastic.minNodes {self.args.elastic_from}): the job goes on without it")
+
+    def keep_watching(self, attempt: str | None) -> None:
+        """Every rank placed: for as long as the job runs, a pod of this attempt that waits for a
+        machine longer than its rank's bound is ended, as at the first placement. Only pending
+        pods are listed (a field selector), so a look costs little however large the job."""
+        say(f"keeping watch: a node's pod not scheduled within {self.args.timeout:g} s"
+            + (f" ({self.args.elastic_timeout or self.args.timeout:g} s for an elastic member) " if
+               self.args.elastic_from is not None else " ") + "is ended, naming its host")
+        path = (f"/api/v1/namespaces/{urllib.parse.quote(self.ns, safe='')}/pods?labelSelector="
+                + urllib.parse.quote(f"{WORKFLOW_LABEL}={self.wf},{RANK_LABEL}", safe="")
+                + "&fieldSelector=" + urllib.parse.quote("status.phase=Pending", safe=""))
+        waiting_since: dict[str, float] = {}
+        ended: set[str] = set()  # ended once: a list may still show it Pending
+        while True:
+            time.sleep(self.args.poll)
+            try:
+                pods = (self.api.call("GET", path) or {}).get("items") or []
+            except ApiError as exc:
+                if not exc.transient:
+                    raise self.fatal(exc, "list", "pods") from exc
+                self.transient(exc)
+                continue
+            now, seen = time.monotonic(), {}
+            for pod in pods:
+                meta = pod.get("metadata") or {}
+                node_name = (meta.get("annotations") or {}).get(NODE_NAME_ANNOTATION, "")
+                rank = (meta.get("labels") or {}).get(RANK_LABEL, "")
+                if ((pod.get("status") or {}).get("phase") not in ("Pending", "", None) or is_scheduled(pod)
+                        or not rank.isdigit() or (attempt and node_name and not node_name.startswith(attempt))):
+                    continue
+                name = meta.get("name", "?")
+                if name in ended:
+                    continue
+                seen[name] = since = waiting_since.get(name, now)
+                if now - since < self.timeout(int(rank)):
+                    continue
+                host = f" on host {pinned_host(pod)}" if pinned_host(pod) else ""
+                reason = (f"not scheduled within {self.timeout(int(rank)):g} s: node-rank {rank}{host} (pod {name}), "
+                          f"re-created after every rank was placed: {why_unscheduled(pod)}")
+                say(reason)
+                write_termination_log(self.args.termination_log, reason)
+                if not self.elastic(int(rank)):
+                    self.stop_workflow(reason)
+                say(self.end_pod(name, int(rank), reason))
+                ended.add(name)
+            waiting_since = seen
 
     def gang_says(self) -> str:
         """The gang scheduler's own reason, from the gang's object (--podgroup), when it gives
@@ -273,7 +346,7 @@ class Watch:
             if obs is not None:
                 latest = obs
                 if obs.complete:
-                    raise Exit(0, self.placed_line())
+                    break
                 if len(obs.placed) != shown and args.what != "retry":
                     shown = len(obs.placed)
                     say(f"{shown}/{args.pods} pods scheduled after {self.elapsed()} s; "
@@ -298,7 +371,10 @@ class Watch:
             if obs is not None:
                 latest = obs
         if latest.complete:
-            raise Exit(0, self.placed_line())
+            if not args.keep_watching:
+                raise Exit(0, self.placed_line())
+            say(self.placed_line())
+            self.keep_watching(latest.attempt)
         self.check_workflow()
         if args.what == "retry":
             reason = f"{self.not_placed()}: " + "; ".join(latest.reasons(with_host=True))
@@ -313,100 +389,6 @@ class Watch:
         self.stop_workflow(reason)
 
 
-# ---------------------------------------------------------------------- CLI
-
-def positive(kind):
-    def parse(text: str):
-        try:
-            value = kind(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-        if not value > 0:
-            raise argparse.ArgumentTypeError(f"{text!r} must be greater than 0")
-        return value
-    return parse
-
-
-def non_negative(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{text!r} must be 0 or more")
-    return value
-
-
-def podgroup_path(text: str) -> str:
-    parts = text.split("/")
-    if len(parts) != 4 or not all(parts):
-        raise argparse.ArgumentTypeError(f"{text!r} is not GROUP/VERSION/RESOURCE/NAME")
-    return text
-
-
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="torchdag/agents/gangwatch.py", allow_abbrev=False,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        description=(
-            "Bounded wait for a gang-scheduled torchdag Workflow (its `gang-watch` task).\n\n"
-            "Polls the Kubernetes API for the Workflow's training pods, labelled\n"
-            f"  {WORKFLOW_LABEL}=WORKFLOW and {RANK_LABEL}=0..PODS-1.\n"
-            "A rank is placed when one of its pods is scheduled: condition PodScheduled=True,\n"
-            "phase Running/Succeeded/Failed, or spec.nodeName set. Image pulls come after\n"
-            "scheduling and do not count.\n\n"
-            "  every rank placed            -> 'gang placed: N/N pods scheduled after S s', exit 0\n"
-            "  not placed within --timeout  -> prints every unplaced rank with the scheduler's reason,\n"
-            "                                  writes that line to --termination-log, PATCHes the\n"
-            "                                  Workflow with spec.shutdown=Terminate (Argo deletes the\n"
-            "                                  Pending pods, stops the running ones and fails the\n"
-            "                                  Workflow), exit 1\n"
-            "  the Workflow is gone, finished (Succeeded/Failed/Error), being stopped, or failing\n"
-            "  with no task left pending or running -> nothing to watch, exit 0\n\n"
-            "In a pod it calls https://$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT with the\n"
-            f"ServiceAccount's token and CA from {SA_DIR}/.\n"
-            f"That ServiceAccount needs {RBAC}\n"
-            "in the namespace (the chart's rbac.create grants them; see docs/gang.md).\n"
-            "Under Argo, ARGO_NODE_ID (set by Argo) limits the watch to the pods of its own attempt\n"
-            "when failurePolicy restarts the DAG. Calls without an answer, 429 and 5xx are retried\n"
-            "until the deadline; at the deadline the Workflow is stopped only after a fresh look at\n"
-            "the pods."),
-        epilog="Exit status: 0 placed, or nothing to watch; 1 not placed in time, and the Workflow was\n"
-               "stopped; 2 usage, RBAC (403), a rejected token, or no answer from the API at the deadline\n"
-               "(the Workflow is then left alone).")
-    p.add_argument("--workflow", required=True, help="the Workflow's name (Argo's workflow.name)")
-    p.add_argument("--namespace", required=True, help="its namespace (Argo's workflow.namespace)")
-    p.add_argument("--pods", type=positive(int), default=None,
-                   help="number of training pods, one per node rank 0..PODS-1 (not with --what=retry)")
-    p.add_argument("--timeout", type=positive(float), required=True,
-                   help="seconds the gang may take to be placed, counted from this watch's start")
-    p.add_argument("--what", choices=("gang", "pods", "retry"), default="gang",
-                   help="gang: the pods form a gang (scheduling.gang); pods: a job without a gang, each node's pod "
-                        "must be scheduled in time (its host named when it is not); retry: node recovery's host "
-                        "check, the one retried pod of --rank in this watch's own attempt (default: %(default)s)")
-    p.add_argument("--rank", type=non_negative, default=None,
-                   help="--what=retry: the node rank whose retried pod is watched")
-    p.add_argument("--elastic-from", type=non_negative, default=None, metavar="RANK",
-                   help="--what=retry: the first elastic member's rank (elastic.minNodes): a member from it on has "
-                        "its pod marked Failed at the deadline instead of the Workflow stopped")
-    p.add_argument("--elastic-timeout", type=positive(float), default=None, metavar="SECONDS",
-                   help="--what=retry: an elastic member's bound instead of --timeout (elastic.rejoinSeconds)")
-    p.add_argument("--podgroup", default=None, type=podgroup_path,
-                   help="GROUP/VERSION/RESOURCE/NAME of the gang's object (its PodGroup, or Kueue's Workload): its "
-                        "reason named and the object deleted when the watch stops the Workflow (needs get and "
-                        "delete on that resource)")
-    p.add_argument("--poll", type=positive(float), default=5.0, help="seconds between looks at the pods (default 5)")
-    p.add_argument("--api-server", default=None,
-                   help="API server URL (default: https:// from KUBERNETES_SERVICE_HOST and "
-                        "KUBERNETES_SERVICE_PORT; http:// is allowed for tests)")
-    p.add_argument("--token-file", default=f"{SA_DIR}/token", help="bearer token file (default: %(default)s)")
-    p.add_argument("--ca-file", default=f"{SA_DIR}/ca.crt", help="CA bundle for https (default: %(default)s)")
-    p.add_argument("--termination-log", default="/dev/termination-log",
-                   help="where the reason for a non-zero exit is written, if the file exists and is writable "
-                        "(default: %(default)s)")
-    return p
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -414,6 +396,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--what=retry needs --rank")
     if args.what != "retry" and args.pods is None:
         parser.error("--pods is required (but with --what=retry)")
+    if args.what == "retry" and args.keep_watching:
+        parser.error("--keep-watching is for the job's watch, not --what=retry")
     if args.what == "retry":
         args.pods = args.rank + 1  # the ranks an observation reads: the watched one is the last
     # An Argo tag left as written; the text is built so that this file, which the Workflow carries in a
@@ -450,8 +434,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _on_sigterm(signum, frame):
-    # Argo stops this task when the Workflow is stopped, terminated or past its deadline.
-    say("terminated (SIGTERM): the Workflow is being stopped")
+    # Argo stops this task when the Workflow is stopped, terminated or past its deadline, and
+    # (--keep-watching, a daemon) when the DAG has ended.
+    say("terminated (SIGTERM): the job's DAG has ended, or the Workflow is being stopped")
     sys.stdout.flush()
     os._exit(143)
 
