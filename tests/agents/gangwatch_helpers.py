@@ -96,7 +96,7 @@ class FakeApi:
                 return self.patch.pop(0) if len(self.patch) > 1 else self.patch[0]
             if method == "DELETE" and (route == PODGROUP_PATH or route in self.objects):
                 return self.delete
-            if method == "GET" and route in self.objects:
+            if method in ("GET", "PATCH") and route in self.objects:
                 return self.objects[route]
             if method == "PATCH" and route.startswith(PODS_PATH + "/") and route.endswith("/status"):
                 return self.pod_status

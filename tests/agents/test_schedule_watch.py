@@ -94,6 +94,11 @@ def test_an_elastic_members_pod_recreated_on_a_lost_host_is_ended_and_the_watch_
     bound, is left alone: rank 0's, a required member's, with scheduling.timeout's 30 s."""
     placed = pod_list(pinned(0, "running", "host-a"), pinned(1, "running", "host-b"))
     api.pods = [placed, pod_list(relost(0, "host-a"), relost(1, "host-b"))]
+    # The re-created pod keeps its node's id, and the task result the first pod left unfinished:
+    # marked complete, or Argo would wait 10 minutes (TASK_RESULT_TIMEOUT_DURATION) to read the failure.
+    api.pod_status = (200, {"kind": "Pod", "metadata": {"annotations": {"workflows.argoproj.io/node-id": "wf-123"}}})
+    result = f"/apis/argoproj.io/v1alpha1/namespaces/{NS}/workflowtaskresults/wf-123"
+    api.objects[result] = (200, {"kind": "WorkflowTaskResult"})
     argv = watch_argv(api.url, tmp_path, "--what=pods", "--keep-watching", "--elastic-from=1",
                       "--elastic-timeout=0.5", pods=2, timeout=30, poll=0.1)
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=watch_env())
@@ -117,4 +122,7 @@ def test_an_elastic_members_pod_recreated_on_a_lost_host_is_ended_and_the_watch_
                                                     "message": f"[gang-watch] {reason}"}}
     assert f"[gang-watch] ended pod {WF}-node-1-1001-again (Failed): node-rank 1 is an elastic member " \
            "(elastic.minNodes 1): the job goes on without it" in out.splitlines()
+    (settled,) = api.calls("PATCH", result)
+    assert json.loads(settled["body"]) == {"metadata": {"labels": {"workflows.argoproj.io/report-outputs-completed":
+                                                                   "true"}}}
     assert not api.calls("PATCH", WF_PATH) and "Traceback" not in out + err

@@ -70,7 +70,9 @@ def lines_of(path) -> list[str]:
 # network) and the images they run (testbed/images), 1,750 lines when they came.
 # torchdag +10 (issues 39, 43): the size guard's count that fits reads each machine's loop item
 # (it was a tenth short), in render.py and the chart alike.
-FOLDER_BUDGETS = {"torchdag": 6180, "torchdag/agents": 2200, "testbed": 7000, "trainer": 1600}
+# torchdag/agents +100 (issue 43): the scheduling watch keeps watching while the job runs (pods
+# re-created on a lost host, their task results settled), and its command line in gangargs.py.
+FOLDER_BUDGETS = {"torchdag": 6180, "torchdag/agents": 2300, "testbed": 7000, "trainer": 1600}
 MODULE_LIMIT = 500  # issue 42: plan.py, yamlread.py, diagnose/core.py and bench_cluster.py split by subject
 
 

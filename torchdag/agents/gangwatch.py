@@ -42,6 +42,7 @@ import urllib.parse
 if __package__:  # imported as torchdag.agents.gangwatch
     from .gangargs import RBAC, build_parser
     from .gangpods import (
+        NODE_ID_ANNOTATION,
         NODE_NAME_ANNOTATION,
         RANK_LABEL,
         WORKFLOW_LABEL,
@@ -55,6 +56,7 @@ if __package__:  # imported as torchdag.agents.gangwatch
 else:  # run by path, its siblings beside it: the image's torchdag/agents/ or the Workflow's ConfigMap
     from gangargs import RBAC, build_parser
     from gangpods import (
+        NODE_ID_ANNOTATION,
         NODE_NAME_ANNOTATION,
         RANK_LABEL,
         WORKFLOW_LABEL,
@@ -69,6 +71,7 @@ else:  # run by path, its siblings beside it: the image's torchdag/agents/ or th
 ARGO_TAG = "{" * 2
 WORKFLOW_API = "/apis/argoproj.io/v1alpha1"
 FINISHED = ("Succeeded", "Failed", "Error")
+RESULT_DONE_LABEL = "workflows.argoproj.io/report-outputs-completed"
 WORKFLOW_CHECK_EVERY = 30.0  # seconds between looks at the Workflow itself (it can be large)
 GRACE_POLLS, GRACE_MAX = 6, 30.0  # at the deadline: retries for a fresh look, or for the PATCH
 
@@ -239,7 +242,24 @@ class Watch:
         if answer is None:
             return f"pod {name} no longer exists: nothing to end"
         return (f"ended pod {name} (Failed): node-rank {rank} is an elastic member "
-                f"(elastic.minNodes {self.args.elastic_from}): the job goes on without it")
+                f"(elastic.minNodes {self.args.elastic_from}): the job goes on without it"
+                + self.settle_result(((answer.get("metadata") or {}).get("annotations") or {}).get(NODE_ID_ANNOTATION)))
+
+    def settle_result(self, node_id: str | None) -> str:
+        """A pod Argo re-created keeps its node's id, and the task result the first pod left
+        unfinished when its machine went: Argo reads the node's failure only once that result is
+        complete, or 10 minutes after (TASK_RESULT_TIMEOUT_DURATION). Marked complete, as the
+        pod's executor marks it when a pod ends (the job's Role lets it patch task results)."""
+        if not node_id:
+            return ""
+        path = (f"{WORKFLOW_API}/namespaces/{urllib.parse.quote(self.ns, safe='')}/workflowtaskresults/"
+                f"{urllib.parse.quote(node_id, safe='')}")
+        try:
+            self.api.call("PATCH", path, {"metadata": {"labels": {RESULT_DONE_LABEL: "true"}}},
+                          "application/merge-patch+json")
+        except ApiError as exc:
+            return f"; its task result is not marked complete ({exc}): Argo reads the failure within 10 min"
+        return ""
 
     def keep_watching(self, attempt: str | None) -> None:
         """Every rank placed: for as long as the job runs, a pod of this attempt that waits for a
