@@ -226,7 +226,10 @@ class PodWorker:
         for run in mains:
             state = self._state(run)
             if run.role == "argo-wait":
-                state.stand_in, state.waiting = True, ("NotRun", WAIT_NOT_RUN)
+                # Running (and ready) beside main, as the sidecar it stands for: Argo holds a
+                # daemon template's node until every container of its pod is ready.
+                state.stand_in = True
+                state.start(None, self.state.node)
                 continue
             self._start(run, state)
             states[run.name] = state
