@@ -5,9 +5,11 @@ fixture, so the tests need no import."""
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
 import threading
+import time
 import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -162,3 +164,21 @@ def watch_env(**extra: str) -> dict:
 
 def assert_clean(r: subprocess.CompletedProcess) -> None:
     assert "Traceback" not in r.stdout + r.stderr, r.stdout + r.stderr
+
+
+def until_sigterm(argv: list[str], seen, settle: float = 0.0) -> tuple[int, str, str]:
+    """The watch started, left to run until `seen()` (30 s at most) and `settle` seconds more,
+    then stopped as Argo stops it (SIGTERM): (exit code, stdout, stderr)."""
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=watch_env())
+    try:
+        deadline = time.monotonic() + 30
+        while not seen() and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.05)
+        time.sleep(settle)
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    return proc.returncode, out, err

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import signal
 import subprocess
 import sys
 import time
@@ -18,7 +17,6 @@ from gangwatch_helpers import (
     PODS_PATH,
     RUNNING_WF,
     SELECTOR,
-    TOKEN,
     UNSCHEDULABLE,
     WF,
     WF_PATH,
@@ -28,6 +26,8 @@ from gangwatch_helpers import (
     run_watch,
     status,
     task_pod,
+    until_sigterm,
+    watch_argv,
     watch_env,
 )
 
@@ -286,23 +286,10 @@ def test_usage_errors_and_help(tmp_path):
 
 def test_sigterm_from_argo_ends_quietly(api, tmp_path):
     """Argo stops the watch with SIGTERM when the Workflow is stopped or past its deadline."""
-    token = tmp_path / "token"
-    token.write_text(TOKEN)
     api.pods = [pod_list(pod(0), pod(1, "unschedulable"))]
-    proc = subprocess.Popen([sys.executable, str(GANGWATCH), f"--workflow={WF}", f"--namespace={NS}", "--pods=2",
-                             "--timeout=60", "--poll=0.1", "--api-server", api.url, "--token-file", str(token)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=watch_env())
-    try:
-        deadline = time.monotonic() + 30
-        while not api.calls("GET", PODS_PATH) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        proc.send_signal(signal.SIGTERM)
-        out, err = proc.communicate(timeout=30)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    assert proc.returncode == 143, out + err
+    argv = watch_argv(api.url, tmp_path, pods=2, timeout=60, poll=0.1)
+    code, out, err = until_sigterm(argv, lambda: api.calls("GET", PODS_PATH))
+    assert code == 143, out + err
     assert out.splitlines()[-1] == ("[gang-watch] terminated (SIGTERM): the job's DAG has ended, or the Workflow "
                                     "is being stopped")
     assert "Traceback" not in out + err and not api.calls("PATCH", WF_PATH)

@@ -1,13 +1,11 @@
 """The scheduling watch of a job without a gang (torchdag/agents/gangwatch.py --what=pods, the
 `schedule-watch` task of every such job): it names the host of each unscheduled pod, and
-steps aside (exit 0) when it cannot read the API rather than fail the job."""
+steps aside (exit 0) when it cannot read the API rather than fail the job; with --keep-watching
+(every rendered job's watch, an Argo daemon) it then ends a pod re-created on a lost host."""
 
 from __future__ import annotations
 
 import json
-import signal
-import subprocess
-import time
 import urllib.parse
 
 from gangwatch_helpers import (
@@ -20,8 +18,8 @@ from gangwatch_helpers import (
     pod_list,
     run_watch,
     status,
+    until_sigterm,
     watch_argv,
-    watch_env,
 )
 
 
@@ -101,20 +99,10 @@ def test_an_elastic_members_pod_recreated_on_a_lost_host_is_ended_and_the_watch_
     api.objects[result] = (200, {"kind": "WorkflowTaskResult"})
     argv = watch_argv(api.url, tmp_path, "--what=pods", "--keep-watching", "--elastic-from=1",
                       "--elastic-timeout=0.5", pods=2, timeout=30, poll=0.1)
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=watch_env())
     ended = f"{PODS_PATH}/{WF}-node-1-1001-again/status"
-    try:
-        deadline = time.monotonic() + 30
-        while not api.calls("PATCH", ended) and time.monotonic() < deadline and proc.poll() is None:
-            time.sleep(0.05)
-        time.sleep(1.5)  # more looks than its bound: the ended pod is not ended twice, the watch goes on
-        proc.send_signal(signal.SIGTERM)
-        out, err = proc.communicate(timeout=30)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    assert proc.returncode == 143, out + err
+    # more looks than its bound after the first PATCH: the ended pod is not ended twice, the watch goes on
+    code, out, err = until_sigterm(argv, lambda: api.calls("PATCH", ended), settle=1.5)
+    assert code == 143, out + err
     reason = (f"not scheduled within 0.5 s: node-rank 1 on host host-b (pod {WF}-node-1-1001-again), re-created "
               f"after every rank was placed: Unschedulable: {UNSCHEDULABLE}")
     (patch,) = api.calls("PATCH", ended)
