@@ -22,6 +22,8 @@ from gangwatch_helpers import (
     watch_argv,
 )
 
+from torchdag.diagnose import signatures
+
 
 def pinned(rank: int, how: str, host: str) -> dict:
     made = pod(rank, how)
@@ -77,6 +79,8 @@ def test_a_pod_recreated_on_a_lost_host_later_in_the_job_stops_the_job_naming_th
     reason = (f"not scheduled within 1 s: node-rank 1 on host host-b (pod {WF}-node-1-1001-again), re-created after "
               f"every rank was placed: Unschedulable: {UNSCHEDULABLE}")
     assert lines[-2:] == [f"[gang-watch] {reason}", f"[gang-watch] stopped workflow {WF}: not scheduled within 1 s"]
+    # diagnose reads the verdict from the log: no line before it may read as one
+    assert [line for line in lines if signatures.match(line, "log")] == lines[-2:], lines
     assert (tmp_path / "termination-log").read_text() == reason
     (patch,) = api.calls("PATCH", WF_PATH)
     assert json.loads(patch["body"]) == {"spec": {"shutdown": "Terminate"}}

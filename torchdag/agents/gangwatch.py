@@ -265,7 +265,8 @@ class Watch:
         """Every rank placed: for as long as the job runs, a pod of this attempt that waits for a
         machine longer than its rank's bound is ended, as at the first placement. Only pending
         pods are listed (a field selector), so a look costs little however large the job."""
-        say(f"keeping watch: a node's pod not scheduled within {self.args.timeout:g} s"
+        # Worded apart from the verdict, which diagnose reads (signature never-scheduled).
+        say(f"keeping watch while the job runs: a pod waiting for its machine over {self.args.timeout:g} s"
             + (f" ({self.args.elastic_timeout or self.args.timeout:g} s for an elastic member) " if
                self.args.elastic_from is not None else " ") + "is ended, naming its host")
         path = (f"/api/v1/namespaces/{urllib.parse.quote(self.ns, safe='')}/pods?labelSelector="
