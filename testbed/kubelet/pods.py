@@ -9,6 +9,7 @@ sends SIGTERM to every running container, SIGKILL after the grace period.
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import signal
@@ -35,6 +36,19 @@ BACKOFF_FIRST, BACKOFF_MAX = 10.0, 300.0  # kubelet's container restart back-off
 TOKEN_SECONDS = 86400
 PUMP_DRAIN_S = 2.0
 
+
+
+def is_daemon(pod: dict) -> bool:
+    """Argo's template of the pod (ARGO_TEMPLATE, which Argo gives each init container) says
+    `daemon: true`."""
+    for container in (pod.get("spec") or {}).get("initContainers") or []:
+        for env in container.get("env") or []:
+            if env.get("name") == "ARGO_TEMPLATE":
+                try:
+                    return bool(json.loads(env.get("value") or "{}").get("daemon"))
+                except ValueError:
+                    return False
+    return False
 
 class Recording(Protocol):
     def write(self, entry: dict) -> None: ...
@@ -168,8 +182,11 @@ class PodWorker:
         since = time.monotonic()
         until = since + hold
         stopped = self.stopping.is_set()
-        while not stopped and self.k.released_at < since and time.monotonic() < until:
-            stopped = self.stopping.wait(min(1.0, until - time.monotonic()))
+        # An Argo daemon (the scheduling watch) runs until it is stopped: one that ends on its own,
+        # even with exit 0, fails its node (operator.go assessNodeStatus).
+        daemon = is_daemon(self.pod)
+        while not stopped and (daemon or (self.k.released_at < since and time.monotonic() < until)):
+            stopped = self.stopping.wait(1.0 if daemon else min(1.0, until - time.monotonic()))
         code, message = (143, f"not run: --no-exec; {self.stop_reason}") if stopped else (0, "not run: --no-exec")
         if self.exit_code is not None and not self.stop_reason:
             code, message = self.exit_code, f"not run: --no-exec; exit {self.exit_code} ({NO_EXEC_EXIT})"

@@ -118,3 +118,16 @@ def test_an_elastic_members_pod_recreated_on_a_lost_host_is_ended_and_the_watch_
     assert json.loads(settled["body"]) == {"metadata": {"labels": {"workflows.argoproj.io/report-outputs-completed":
                                                                    "true"}}}
     assert not api.calls("PATCH", WF_PATH) and "Traceback" not in out + err
+
+
+def test_a_keep_watching_watch_with_nothing_to_do_stays_until_argo_ends_it(api, tmp_path):
+    """An Argo daemon that ends on its own fails its node, even with exit 0 (operator.go): without
+    RBAC the watch steps aside, as without --keep-watching, but stays until SIGTERM."""
+    api.pods = [status(403, f'pods is forbidden: cannot list resource "pods" in the namespace "{NS}"')]
+    argv = watch_argv(api.url, tmp_path, "--what=pods", "--keep-watching", pods=2)
+    code, out, err = until_sigterm(argv, lambda: api.calls("GET", PODS_PATH), settle=1.0)
+    assert code == 143, out + err
+    assert "warning: not watching scheduling (RBAC: not allowed to list pods" in err
+    assert out.splitlines()[-2:] == ["[gang-watch] idle until the job's DAG ends", "[gang-watch] terminated (SIGTERM): "
+                                     "the job's DAG has ended, or the Workflow is being stopped"], out
+    assert not api.calls("PATCH", WF_PATH)

@@ -224,6 +224,20 @@ def test_no_exec_hold_holds_only_the_labelled_pods(tmp_path):
     kubelet.workers["uid-next-job-0000"].stop("test over", 0)
 
 
+def test_no_exec_holds_an_argo_daemon_until_it_is_stopped(tmp_path):
+    """An Argo daemon (ARGO_TEMPLATE's `daemon: true`: the scheduling watch) runs until Argo stops
+    it; ended on its own, even Succeeded, Argo would fail its node. Not released by SIGUSR1."""
+    kubelet, api = make_kubelet(tmp_path, no_exec=True, no_exec_seconds=0)
+    daemon = pod(sh("main", "exit 0"), name="watch", inits=[sh("init", "exit 0")])
+    daemon["spec"]["initContainers"][0]["env"] = [{"name": "ARGO_TEMPLATE", "value": '{"name": "w", "daemon": true}'}]
+    kubelet.on_pod("ADDED", daemon)
+    worker, _ = kubelet.workers["uid-watch-0000"], time.sleep(1.5)
+    kubelet.released_at, _ = time.monotonic(), time.sleep(1.5)  # SIGUSR1 too: it stays
+    assert not worker.done.is_set() and api.statuses[-1]["phase"] == "Running"
+    worker.stop("pod deleted", 30)
+    assert worker.done.wait(10) and api.statuses[-1]["phase"] == "Failed"
+
+
 def test_no_exec_pod_annotated_with_an_exit_code_ends_with_it(tmp_path):
     """The scale bench's stand-in for ranks that fail once a peer is lost: a held pod annotated
     torchdag.io/no-exec-exit ends Failed with that code, not as a deleted pod's 143."""

@@ -448,6 +448,12 @@ def main(argv: list[str] | None = None) -> int:
             say(done.message, stream=done.stream)
             if done.code != 0 and done.terminate_note:
                 write_termination_log(args.termination_log, done.message)
+        if done.code == 0 and args.keep_watching:
+            # An Argo daemon that ends on its own, even with 0, fails its node (and failFast the
+            # DAG): it stays until Argo ends it with the DAG (SIGTERM).
+            say("idle until the job's DAG ends")
+            while True:
+                time.sleep(3600)
         return done.code
     except KeyboardInterrupt:
         say("interrupted", stream=sys.stderr)
