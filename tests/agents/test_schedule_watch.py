@@ -131,3 +131,15 @@ def test_a_keep_watching_watch_with_nothing_to_do_stays_until_argo_ends_it(api, 
     assert out.splitlines()[-2:] == ["[gang-watch] idle until the job's DAG ends", "[gang-watch] terminated (SIGTERM): "
                                      "the job's DAG has ended, or the Workflow is being stopped"], out
     assert not api.calls("PATCH", WF_PATH)
+
+
+def test_a_retried_pod_is_left_to_its_host_check_for_its_bound(api, tmp_path):
+    """Node recovery's retried pod (attempt 1) has a host check of its own that ends it at the
+    bound; the watch takes it only at twice the bound (a pod lost after its check had passed)."""
+    placed = pod_list(pinned(0, "running", "host-a"), pinned(1, "running", "host-b"))
+    retried = relost(1, "host-b")
+    retried["metadata"]["annotations"]["workflows.argoproj.io/node-name"] = f"{WF}.node-1(1)[0].train"
+    api.pods = [placed, pod_list(pinned(0, "running", "host-a"), retried)]
+    r = run_watch(api.url, tmp_path, "--what=pods", "--keep-watching", pods=2, timeout=1, poll=0.1)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert (tmp_path / "termination-log").read_text().startswith("not scheduled within 2 s: node-rank 1 on host host-b")

@@ -11,12 +11,9 @@ not happen within --timeout seconds it names every unplaced rank with the schedu
 reason, sets the Workflow's ``spec.shutdown`` to ``Terminate`` (Argo then deletes the
 Pending pods, stops the running ones and fails the Workflow) and exits 1.
 
-With --keep-watching (every rendered job: the task is an Argo daemon, which Argo ends when
-the DAG ends) it does not exit once every rank is placed: it goes on looking at the pods of
-its attempt that wait for a machine, for as long as the job runs. A machine lost for good
-(the cluster deletes its Node, and the pod garbage collector its pod) leaves a node's pod
-that Argo re-creates in the same attempt, pinned to the gone host, Pending for ever; such a
-pod is ended as below when it is not scheduled within the same bound.
+With --keep-watching (every rendered job's watch: an Argo daemon, ended with the DAG) it then
+watches the pending pods while the job runs: a machine lost for good leaves a pod Argo
+re-creates on the gone host, Pending for ever, which it ends as below after the same bound.
 
 Under node recovery each retried node's pod gets one of its own (the `host-check` task,
 --what=retry --rank=R), in the same step group: if that pod is not scheduled in time (its
@@ -34,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import signal
 import sys
 import time
@@ -72,6 +70,7 @@ ARGO_TAG = "{" * 2
 WORKFLOW_API = "/apis/argoproj.io/v1alpha1"
 FINISHED = ("Succeeded", "Failed", "Error")
 RESULT_DONE_LABEL = "workflows.argoproj.io/report-outputs-completed"
+RETRIED = re.compile(r"\((\d+)\)\[\d+\]\.[^.]+$")  # a node recovery attempt's pod: `node-2(1)[0].train`
 WORKFLOW_CHECK_EVERY = 30.0  # seconds between looks at the Workflow itself (it can be large)
 GRACE_POLLS, GRACE_MAX = 6, 30.0  # at the deadline: retries for a fresh look, or for the PATCH
 
@@ -295,10 +294,13 @@ class Watch:
                 if name in ended:
                     continue
                 seen[name] = since = waiting_since.get(name, now)
-                if now - since < self.timeout(int(rank)):
+                # A retried pod (node recovery's attempt 1, 2, ...) is its host check's first: twice the bound here.
+                retried = RETRIED.search(node_name)
+                bound = self.timeout(int(rank)) * (2 if retried and retried[1] != "0" else 1)
+                if now - since < bound:
                     continue
                 host = f" on host {pinned_host(pod)}" if pinned_host(pod) else ""
-                reason = (f"not scheduled within {self.timeout(int(rank)):g} s: node-rank {rank}{host} (pod {name}), "
+                reason = (f"not scheduled within {bound:g} s: node-rank {rank}{host} (pod {name}), "
                           f"re-created after every rank was placed: {why_unscheduled(pod)}")
                 say(reason)
                 write_termination_log(self.args.termination_log, reason)
