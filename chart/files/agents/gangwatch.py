@@ -295,8 +295,7 @@ class Watch:
                     continue
                 seen[name] = since = waiting_since.get(name, now)
                 # A retried pod (node recovery's attempt 1, 2, ...) is its host check's first: twice the bound here.
-                retried = RETRIED.search(node_name)
-                bound = self.timeout(int(rank)) * (2 if retried and retried[1] != "0" else 1)
+                bound = self.timeout(int(rank)) * (2 if (retry := RETRIED.search(node_name)) and retry[1] != "0" else 1)
                 if now - since < bound:
                     continue
                 host = f" on host {pinned_host(pod)}" if pinned_host(pod) else ""
