@@ -49,7 +49,7 @@ CLUSTER_SUMMARY = "".join(f"{line}\n" for line in (
     "HCCL_EXEC_TIMEOUT: 544 s (timeouts.processGroup 600 s, as CANN reads it: a multiple of 68, at most 17340)",
     "script: start the process group with TORCHDAG_BACKEND=gloo: torchdag_ddp.setup() (docs/byo.md)",
     "script: gloo carries no NPU/GPU tensors: torchdag_ddp.DDP(model) in place of DDP(model) (docs/byo.md)",
-    "helpers: from the Workflow (a ConfigMap of 7 files) at /opt/torchdag/torchdag/agents",
+    "helpers: from the Workflow (a ConfigMap of 8 files) at /opt/torchdag/torchdag/agents",
     "rbac: kubectl apply -n <namespace> -f docs/rbac/job.yaml,docs/rbac/helpers.yaml",
     "rank  node            address         nic         accelerator  devices  template",
     "   0  192.168.110.22  192.168.110.22  enp11s0f0   ascend310p   1        ascend310p-x1",

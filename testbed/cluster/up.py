@@ -10,6 +10,7 @@ controller has made the `default` ServiceAccount (pods cannot be created before 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import ssl
 import subprocess
@@ -233,8 +234,14 @@ class Cluster:
         subprocess.run([str(binary("clustercerts")), "-dir", str(self.layout.pki), "-service-ip", service_ip],
                        check=True)
         self.port = procs.ports(self.layout, PORTS)
-        self.layout.kubeconfig.write_text(manifests.kubeconfig(self.layout, self.port["apiserver"]))
-        self.layout.kubeconfig.chmod(0o600)
+        # Atomically, and only when it changes: every `up` comes here while other processes of the
+        # cluster (its kubelet, a `register`) read the file, and a half-written one is a broken CA.
+        text = manifests.kubeconfig(self.layout, self.port["apiserver"])
+        if not self.layout.kubeconfig.exists() or self.layout.kubeconfig.read_text() != text:
+            tmp = self.layout.kubeconfig.with_name(f"kubeconfig.{os.getpid()}.tmp")
+            tmp.write_text(text)
+            tmp.chmod(0o600)
+            os.replace(tmp, self.layout.kubeconfig)
         self.write_scheduler_config()
 
     def write_scheduler_config(self) -> None:

@@ -113,7 +113,9 @@ def test_wheel_carries_schema_and_templates(wheel):
 # issue 41: +700 (diagnose's records +365 code lines, the recorder every Workflow carries +389);
 # issue 42: +250 (the typed Plan, torchdag/plan_model.py, with the job's pod-level fields, and `torchdag plan`);
 # +50 (the one device detection the helpers ship, torchdag/agents/torchdag_device.py, less the copies it replaced)
-WHEEL_CODE_LINES = 5_950
+# issue 43: +100 (the scheduling watch keeps watching while the job runs: pods re-created on a lost host and
+# their task results; its command line in gangargs.py), and the size guard's count that fits
+WHEEL_CODE_LINES = 6_050
 
 
 def code_lines(source: str) -> int:

@@ -182,7 +182,7 @@ master: n0000 (rank 0) at 10.0.0.1:29500
 gang scheduling: none; whole-job restarts: 0
 HCCL_EXEC_TIMEOUT: 544 s (timeouts.processGroup 600 s, as CANN reads it: a multiple of 68, at most 17340)
 script: start the process group with TORCHDAG_BACKEND=hccl: torchdag_ddp.setup() (docs/byo.md)
-helpers: from the Workflow (a ConfigMap of 7 files) at /opt/torchdag/torchdag/agents
+helpers: from the Workflow (a ConfigMap of 8 files) at /opt/torchdag/torchdag/agents
 rbac: kubectl apply -n <namespace> -f docs/rbac/job.yaml,docs/rbac/helpers.yaml
 rank  node   address    nic   accelerator  devices  template
    0  n0000  10.0.0.1   eth0  ascend910    8        ascend910-x8
