@@ -47,9 +47,7 @@ def test_a_workflow_past_1_mib_offloads_its_node_status_through_a_restart(job):
     workflow = padded(workflow, LIMIT - 600)
     path = job.dir / "padded.json"
     path.write_text(json.dumps(workflow))
-    # Each pod runs 2 minutes: under CI's load the deletions below (up to three, each waited
-    # for a minute) must find a first-attempt pod still Running (60 s ran out on 2026-12-07).
-    job.start(values, "--no-exec", "--no-exec-seconds", "120")
+    job.start(values, "--no-exec", "--no-exec-seconds", "60")
     name = job.submit(path)
 
     def running():
