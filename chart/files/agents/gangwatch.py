@@ -89,12 +89,13 @@ class Watch:
         self.error_key = None
 
     # -- paths
-    def pods_path(self) -> str:
+    def pods_path(self, pending_training: bool = False) -> str:
         # Every pod of the Workflow: the training pods, the watch's own (its attempt) and
-        # the other tasks' (a failed `gang` task).
-        selector = f"{WORKFLOW_LABEL}={self.wf}"
+        # the other tasks' (a failed `gang` task); or only its pending training pods.
+        selector = f"{WORKFLOW_LABEL}={self.wf}" + (f",{RANK_LABEL}" if pending_training else "")
         return (f"/api/v1/namespaces/{urllib.parse.quote(self.ns, safe='')}/pods"
-                f"?labelSelector={urllib.parse.quote(selector, safe='')}")
+                f"?labelSelector={urllib.parse.quote(selector, safe='')}"
+                + ("&fieldSelector=" + urllib.parse.quote("status.phase=Pending", safe="") if pending_training else ""))
 
     def workflow_path(self) -> str:
         return (f"{WORKFLOW_API}/namespaces/{urllib.parse.quote(self.ns, safe='')}"
@@ -268,9 +269,7 @@ class Watch:
         say(f"keeping watch while the job runs: a pod waiting for its machine over {self.args.timeout:g} s"
             + (f" ({self.args.elastic_timeout or self.args.timeout:g} s for an elastic member) " if
                self.args.elastic_from is not None else " ") + "is ended, naming its host")
-        path = (f"/api/v1/namespaces/{urllib.parse.quote(self.ns, safe='')}/pods?labelSelector="
-                + urllib.parse.quote(f"{WORKFLOW_LABEL}={self.wf},{RANK_LABEL}", safe="")
-                + "&fieldSelector=" + urllib.parse.quote("status.phase=Pending", safe=""))
+        path = self.pods_path(pending_training=True)
         waiting_since: dict[str, float] = {}
         ended: set[str] = set()  # ended once: a list may still show it Pending
         while True:
