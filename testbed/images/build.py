@@ -9,6 +9,8 @@ Build steps run as root in buildah containers with chroot isolation and the host
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import subprocess
 import tempfile
 import time
@@ -37,20 +39,35 @@ class Builder:
         self.say = say
         self.storage = ["--root", str(home / "buildah" / "root"), "--runroot", str(home / "buildah" / "run"),
                         "--storage-driver", "overlay"]
+        # buildah copies a layer it cannot reuse (torch's: 4.8 GB) to a temporary file first,
+        # /var/tmp by default; here it is under the cache, and `clean()` removes what a failed
+        # push leaves behind, which a full /var/tmp otherwise keeps.
+        self.tmp = home / "buildah" / "tmp"
+        self.env = {**os.environ, "TMPDIR": str(self.tmp)}
+
+    def clean(self) -> None:
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def _failed(self, what: str, detail: str) -> BuildError:
+        free = shutil.disk_usage(self.home).free / 2**30
+        return BuildError(f"{what} ({free:.1f} GiB free on the cache's disk):\n{detail}")
 
     def buildah(self, *args: str, timeout: float = 3600, log: Path | None = None) -> str:
         argv = [BUILDAH, *self.storage, *args]
+        self.tmp.mkdir(parents=True, exist_ok=True)
         if log:
             with open(log, "ab") as out:
                 done = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                                      timeout=timeout)
+                                      timeout=timeout, env=self.env)
             if done.returncode:
-                raise BuildError(f"buildah {' '.join(args[:2])} failed (exit {done.returncode}); {log} ends:\n"
-                                 + log.read_text(errors="replace")[-3000:])
+                # The end of the log, where buildah's own error is, not the build's chatter before it.
+                raise self._failed(f"buildah {' '.join(args[:2])} failed (exit {done.returncode}); {log} ends",
+                                   log.read_text(errors="replace")[-1500:])
             return ""
-        done = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=timeout)
+        done = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=timeout,
+                              env=self.env)
         if done.returncode:
-            raise BuildError(f"buildah {' '.join(args[:2])}: {done.stderr.strip() or done.stdout.strip()}")
+            raise self._failed(f"buildah {' '.join(args[:2])} failed", done.stderr.strip() or done.stdout.strip())
         return done.stdout.strip()
 
     def has(self, ref: str) -> bool:

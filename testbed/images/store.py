@@ -161,6 +161,7 @@ class Store:
             self._import(missing)
         finally:
             subprocess.run(["buildah", *builder.storage, "rm", "--all"], capture_output=True)
+            builder.clean()
             # This checkout's images stay in buildah's storage: a changed trainer/ rebuilds
             # torchdag's layers on them at once (pulling torch's 4.6 GB back from the export
             # took minutes). Images of other keys go (the export still has them).
