@@ -119,3 +119,36 @@ def test_recording_off():
 
     env = {"TORCHDAG_RECORD": "0"}
     assert torchdag_flight.install(env) is None and env == {"TORCHDAG_RECORD": "0"}
+
+
+ENDING = """
+import threading, time
+import torch.distributed as dist
+from torch.distributed import destroy_process_group  # taken after record.py started the recorder
+
+dist.init_process_group("gloo")
+deadline = time.monotonic() + 30
+while time.monotonic() < deadline and "of 1: recording" not in open(OUT).read():  # the thread has ticked
+    time.sleep(0.2)
+recorder = [t for t in threading.enumerate() if t.name == "torchdag-recorder"]
+print("recording:", [t.is_alive() for t in recorder], flush=True)
+destroy_process_group()
+print("after destroy:", [t.is_alive() for t in recorder], dist.is_initialized(), flush=True)
+"""
+
+
+def test_the_recorder_stops_before_the_process_group_is_destroyed(tmp_path):
+    """Its thread calls into torch's C++ each second: it ends before the group (and, at exit,
+    the interpreter) goes, never racing them (a rank aborting after its script had finished)."""
+    out = tmp_path / "out.log"
+    script = tmp_path / "ending.py"
+    script.write_text(f"OUT = {str(out)!r}\n" + ENDING)
+    env = dict(os.environ, OMP_NUM_THREADS="1", GLOO_SOCKET_IFNAME="lo")
+    env.pop("TORCHDAG_RECORD", None)
+    with open(out, "w") as sink:
+        done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node=1",
+                               f"--master-port={free_port()}", "--master-addr=127.0.0.1", str(RUNNER), str(script)],
+                              stdout=sink, stderr=subprocess.STDOUT, env=env, timeout=120)
+    text = out.read_text()
+    assert done.returncode == 0, text[-3000:]
+    assert "recording: [True]" in text and "after destroy: [False] False" in text, text[-3000:]

@@ -72,7 +72,9 @@ def lines_of(path) -> list[str]:
 # (it was a tenth short), in render.py and the chart alike.
 # torchdag/agents +100 (issue 43): the scheduling watch keeps watching while the job runs (pods
 # re-created on a lost host, their task results settled), and its command line in gangargs.py.
-FOLDER_BUDGETS = {"torchdag": 6180, "torchdag/agents": 2300, "testbed": 7000, "trainer": 1600}
+# torchdag/agents +20: the recorder stops before the process group and the interpreter go
+# (a finished rank aborted once in CI).
+FOLDER_BUDGETS = {"torchdag": 6180, "torchdag/agents": 2320, "testbed": 7000, "trainer": 1600}
 MODULE_LIMIT = 500  # issue 42: plan.py, yamlread.py, diagnose/core.py and bench_cluster.py split by subject
 
 

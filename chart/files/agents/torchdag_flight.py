@@ -17,6 +17,7 @@ way out with an exception, the collective it failed in.
 
 from __future__ import annotations
 
+import atexit
 import bisect
 import collections
 import datetime
@@ -157,6 +158,13 @@ class Recorder:
     def start(self) -> None:
         self.thread.start()
 
+    def stop(self) -> None:
+        # Before the process group or the interpreter goes: a thread inside torch's C++ (a flight
+        # recorder dump) then can abort the finished script (SIGABRT)
+        self.done.set()
+        if self.thread.is_alive() and self.thread is not threading.current_thread():
+            self.thread.join(timeout=10)
+
     def _run(self) -> None:
         while not self.done.wait(TICK_S):
             try:
@@ -292,10 +300,8 @@ class Recorder:
         return lines
 
     def _outside_line(self, now: float) -> str:
-        last = []
-        for name, (entered, _) in sorted(self._flight_status().items()):
-            if entered > 0:
-                last.append(f"#{entered} of {self._group_label(name)}")
+        last = [f"#{entered} of {self._group_label(name)}" for name, (entered, _) in
+                sorted(self._flight_status().items()) if entered > 0]
         for name, state in sorted(self.groups.items()):
             if name not in self.flight_groups and state.seq:
                 last.append(f"#{state.seq} of {self._group_label(name)}")
@@ -460,6 +466,15 @@ def install(env=None) -> Recorder | None:
             faulthandler.register(signal.SIGUSR1, all_threads=True)
     except (AttributeError, ValueError, RuntimeError):
         pass
+    destroy = getattr(dist.distributed_c10d, "destroy_process_group", None) if dist.is_available() else None
+    if destroy is not None and not getattr(destroy, "_torchdag_recorded", False):
+        def destroy_process_group(group=None):
+            if group is None:  # every group goes: the recorder first
+                recorder.stop()
+            return destroy(group)
+        destroy_process_group.__wrapped__, destroy_process_group._torchdag_recorded = destroy, True
+        dist.distributed_c10d.destroy_process_group = dist.destroy_process_group = destroy_process_group
+    atexit.register(recorder.stop)
     recorder.start()
     return recorder
 
