@@ -1,14 +1,16 @@
 """`torchdag diagnose`, `status` and `logs` against the local cluster (issue 28's acceptance):
-faults injected into 2-node jobs run by the process kubelet under Argo's real controller
-(tests/diagnose_logs/diagnose_faults.py: a raise after N steps, a SIGKILL, a SIGSTOP hang; the master port
-taken; a NIC that does not exist), a job whose second host matches no Node, `kubectl logs`
-through the kubelet API, and bad input. One cluster and two hosts: the hang and the unscheduled job
-first, then the four faults at once."""
+faults injected into 2-node jobs on real nodes (the kubelet, containerd and runc) under Argo's
+real controller (tests/diagnose_logs/diagnose_faults.py, from the test's folder mounted into
+torchdag's image as a user's shared folder would be: a raise after N steps, a SIGKILL, a SIGSTOP
+hang; the master port taken by another process on its host; a NIC that does not exist), a job
+whose second host matches no Node, `kubectl logs` through the kubelet, and bad input. One
+cluster and two hosts: the hang and the unscheduled job first, then the four faults at once."""
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -17,16 +19,16 @@ from datetime import datetime
 
 import pytest
 import yaml
-from e2e_helpers import MAX_WORKFLOW_SIZE, nodes_of, padded, rank_of
+from e2e_helpers import MAX_WORKFLOW_SIZE, grant, nodes_of, padded, rank_of
+from realnodes_helpers import CPU_NODES, TORCHDAG_IMAGE
 
 from helpers import REPO, free_port
-from testbed.runtime import torchdag_image_maps
 
-pytestmark = [pytest.mark.go, pytest.mark.torch, pytest.mark.e2e]
-# The faults' image: torchdag's, with tests/diagnose_logs/diagnose_faults.py copied in at the same path
-# under /opt/torchdag, where it finds trainer/ (it imports it)
+# long: `make test-long` runs it (six minutes of cluster jobs on real nodes), outside make test's 25 minutes
+pytestmark = [pytest.mark.go, pytest.mark.torch, pytest.mark.e2e, pytest.mark.long]
+# The faults' script, at the path where it finds trainer/ in torchdag's image (it imports it):
+# the test's copy of tests/diagnose_logs/ is mounted there.
 FAULTS = "/opt/torchdag/tests/diagnose_logs/diagnose_faults.py"
-FAULTS_IMAGE = [*torchdag_image_maps(), (FAULTS, str(REPO / "tests" / "diagnose_logs" / "diagnose_faults.py"))]
 SCHEDULE_TIMEOUT = 60
 WATCH_POLL = 5  # the watch's default --poll
 # The unscheduled job's Workflow is padded to leave this many bytes under Argo's
@@ -38,30 +40,32 @@ WATCH_POLL = 5  # the watch's default --poll
 STATUS_ROOM = 4500
 
 
-@pytest.fixture
-def job(kubelet_job):
-    """On the process kubelet for now: its faults ran on real nodes in this round, but the
-    SIGSTOP hang was not seen waiting within 240 s there; it stays on the process kubelet until
-    that is understood (issue 43)."""
-    return kubelet_job
-
-
-def values_for(job, hosts: list[str], fault: str, port: int, extra: dict | None = None) -> dict:
-    return {"name": f"diag-{fault}", "namespace": job.namespace, "image": "registry.example.com/torchdag/trainer:0.1",
+def values_for(job, hosts: list, fault: str, port: int, extra: dict | None = None) -> dict:
+    """The fault's job on `hosts` (real nodes, or a name that matches no Node)."""
+    nodes = []
+    for i, host in enumerate(hosts):
+        node = {"name": getattr(host, "name", host), "devices": 1, **({"master": True} if i == 0 else {})}
+        if hasattr(host, "address"):  # the host network: the node's address and NIC are its host's
+            node.update(address=host.address, nic=host.nic)
+        nodes.append(node)
+    return {"name": f"diag-{fault}", "namespace": job.namespace, "image": TORCHDAG_IMAGE,
             "script": FAULTS, "args": ["--type", "example", "--max-steps", "400", "--log-every", "5"],
             "port": port, "env": {"TORCHDAG_FAULT": fault, "TORCHDAG_FAULT_RANK": "1", "TORCHDAG_FAULT_STEP": "5",
                                   "TORCHDAG_STALL_REPORT": "2"},
             # the port job's rank 1 is refused until its rendezvous timeout: 20 s, not a minute of TCPStore retries
             "timeouts": {"rendezvous": 20 if fault == "port" else 60, "processGroup": 40 if fault == "stop" else 15,
                          "workflowDeadline": 600},
-            "nodes": [{"name": host, "devices": 1, **({"master": True} if i == 0 else {})}
-                      for i, host in enumerate(hosts)], **(extra or {})}
+            "workflow": {"podGC": ""},  # the pods (and their logs) stay until the test's namespace goes
+            "volumes": [{"name": "faults", "mountPath": os.path.dirname(FAULTS),
+                         "hostPath": {"path": str(job.dir / "faults"), "type": "Directory"}}],
+            "nodes": nodes, **(extra or {})}
 
 
 def submit(job, values: dict, size: int | None = None) -> str:
     """Render and create; `size`: the Workflow padded to that many bytes of JSON (e2e_helpers.padded)."""
     path = job.dir / f"{values['name']}.yaml"
     path.write_text(yaml.safe_dump(values, sort_keys=False))
+    grant(job.cluster, job.namespace, path)  # the Roles the docs tell the user to apply
     out = job.dir / f"{values['name']}-workflow.yaml"
     done = subprocess.run([sys.executable, str(REPO / "render.py"), str(path), "-o", str(out)],
                           capture_output=True, text=True)
@@ -91,17 +95,16 @@ def diagnosis(job, name: str) -> dict:
 
 
 def test_diagnose_status_and_logs_name_the_failed_rank_its_cause_and_fix(job):
-    a, b = job.hosts[0], job.hosts[1]
-    registered = values_for(job, [a, b], "none", free_port())
-    hosts_file = job.dir / "hosts.yaml"
-    hosts_file.write_text(yaml.safe_dump(registered, sort_keys=False))
-    job.used = 2
-    job.start(hosts_file, "--cpu", image_maps=FAULTS_IMAGE)
+    a, b = job.use(*CPU_NODES[:2])
+    (job.dir / "faults").mkdir()
+    shutil.copy(REPO / "tests" / "diagnose_logs" / "diagnose_faults.py", job.dir / "faults")
     taken_port = free_port()
     holder = socket.socket()
-    # bound, not listening: the master's bind fails (EADDRINUSE) and rank 1's connects are refused until its
-    # rendezvous timeout (a listening holder would accept rank 1 and hold it past every timeout)
-    holder.bind(("127.0.0.1", taken_port))
+    # Another process on the master's host holds the port, bound, not listening: the master's
+    # bind fails (EADDRINUSE) and rank 1's connects are refused until its rendezvous timeout (a
+    # listening holder would accept rank 1 and hold it past every timeout). The nodes share
+    # this machine's network namespace: the host network's ports are this machine's.
+    holder.bind(("0.0.0.0", taken_port))
     # The hang first, with only the unscheduled job beside it: diagnose's 10 s holds on a loaded
     # machine only while four other jobs are not starting torch at the same moment.
     names = {"stop": submit(job, values_for(job, [a, b], "stop", free_port()))}
@@ -122,7 +125,7 @@ def test_diagnose_status_and_logs_name_the_failed_rank_its_cause_and_fix(job):
         live = diagnosis(job, stop)
         first = live["first"] or {}
         assert (live["exit"], first.get("signature"), first.get("rank"), first.get("host")) == \
-            (1, "hang", 1, b), json.dumps(live, indent=1)
+            (1, "hang", 1, b.name), json.dumps(live, indent=1)
         job.cluster.wait_for("rank 0's collective timeout", lambda: job.pods(stop) and "Timed out waiting" in
                              job.log({r: p for r, p in ((rank_of(p), p) for p in job.pods(stop))}[0]),
                              timeout=120, every=1)
@@ -133,10 +136,10 @@ def test_diagnose_status_and_logs_name_the_failed_rank_its_cause_and_fix(job):
         names.update({fault: submit(job, values_for(job, [a, b], fault, free_port()))
                       for fault in ("raise", "kill", "nic")})
         names["port"] = submit(job, values_for(job, [a, b], "port", taken_port))
-        expected = {"raise": (1, b, "python-exception", "injected failure at step 5"),
-                    "kill": (1, b, "worker-killed", "SIGKILL"),
-                    "nic": (1, b, "missing-nic", "ens9"),
-                    "port": (0, a, "address-in-use", "EADDRINUSE")}
+        expected = {"raise": (1, b.name, "python-exception", "injected failure at step 5"),
+                    "kill": (1, b.name, "worker-killed", "SIGKILL"),
+                    "nic": (1, b.name, "missing-nic", "ens9"),
+                    "port": (0, a.name, "address-in-use", "EADDRINUSE")}
         for fault in expected:  # all ended first: diagnose timed while the other faults still ran took 14.6 s
             wf = job.wait_finished(names[fault], timeout=240)
             assert wf["status"]["phase"] == "Failed", job.explain(names[fault])
@@ -147,32 +150,35 @@ def test_diagnose_status_and_logs_name_the_failed_rank_its_cause_and_fix(job):
                 json.dumps(result, indent=1)
             assert words in first["cause"] + " ".join(first["evidence"]) and first["fix"], first
 
-        # kubectl logs through the process kubelet's API; status; logs --rank 1
+        # kubectl logs through the node's kubelet; status; logs --rank 1
         raised = names["raise"]
         pod0 = next(p for p in job.pods(raised) if rank_of(p) == 0)
         kubectl = job.cluster.kubectl("logs", "-n", job.namespace, pod0["metadata"]["name"], "-c", "main")
-        assert kubectl.stdout == job.log(pod0) and "[trainer] step 5/400" in kubectl.stdout
+        assert "[trainer] step 5/400" in kubectl.stdout, kubectl.stdout[-3000:]
         status, _ = torchdag(job, "status", raised)
         assert status.returncode == 0, status.stderr
         rows = status.stdout.splitlines()
         assert rows[0].startswith(f"workflow {raised}: Failed") and rows[1].split()[:2] == ["RANK", "HOST"]
         ranks = {row.split()[0]: row for row in rows[2:]}
-        assert f" {a} " in ranks["0"] and "Failed (exit 1" in ranks["0"] and "/400" in ranks["0"], status.stdout
-        assert f" {b} " in ranks["1"] and "Failed (exit 1" in ranks["1"] and "/400" in ranks["1"], status.stdout
+        assert f" {a.name} " in ranks["0"] and "Failed (exit 1" in ranks["0"] and "/400" in ranks["0"], status.stdout
+        assert f" {b.name} " in ranks["1"] and "Failed (exit 1" in ranks["1"] and "/400" in ranks["1"], status.stdout
         logs, _ = torchdag(job, "logs", raised, "--rank", "1")
         lines = logs.stdout.splitlines()
-        assert logs.returncode == 0 and lines and all(line.startswith(f"[rank 1 {b}] ") for line in lines)
-        assert f"[rank 1 {b}] RuntimeError: injected failure at step 5" in lines
+        assert logs.returncode == 0 and lines and all(line.startswith(f"[rank 1 {b.name}] ") for line in lines)
+        assert f"[rank 1 {b.name}] RuntimeError: injected failure at step 5" in lines
 
         # a host that matches no Node: stopped within the timeout and one watch interval
         wf = job.wait_finished(names["unscheduled"], timeout=SCHEDULE_TIMEOUT + 120)
         took = time.monotonic() - started
         watch = next(n for n in nodes_of(wf).values() if n.get("displayName") == "schedule-watch")
-        watched = (datetime.fromisoformat(wf["status"]["finishedAt"].replace("Z", "+00:00"))
+        # The watch counts from its own start and ends once it has stopped the job; Argo then
+        # takes what the pods take to stop (real containers: 89 s to the Workflow's end once).
+        watched = (datetime.fromisoformat(watch["finishedAt"].replace("Z", "+00:00"))
                    - datetime.fromisoformat(watch["startedAt"].replace("Z", "+00:00"))).total_seconds()
-        # the watch counts from its own start; Argo then needs a moment to stop the pods
         assert wf["status"]["phase"] == "Failed" and watched < SCHEDULE_TIMEOUT + WATCH_POLL + 20, (
             watched, took, wf["status"])
+        print(f"the unscheduled job: its watch stopped it {watched:.0f} s after it started; "
+              f"the Workflow ended {took:.0f} s after it was created")
         result = diagnosis(job, names["unscheduled"])
         assert result["exit"] == 1
         assert (result["first"]["rank"], result["first"]["host"]) == (1, "no-such-host"), json.dumps(result, indent=1)
