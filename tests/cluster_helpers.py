@@ -69,10 +69,9 @@ class LocalCluster:
         """Each component's pid, from its pid file."""
         return {path.stem: int(path.read_text()) for path in sorted(self.dir.glob("*.pid"))}
 
-    def wait_for(self, what: str, check, timeout: float = 120, every: float = 0.5, tail=None):
-        """Poll check() until it returns something true; that value, or a failure naming `what`
-        (with tail()'s text)."""
-        return wait_for(what, check, timeout, every, tail)
+    def wait_for(self, what: str, check, timeout: float = 120, every: float = 0.5):
+        """Poll check() until it returns something true; that value, or a failure naming `what`."""
+        return wait_for(what, check, timeout, every)
 
 WATCHDOG = """
 import os, subprocess, sys, time
