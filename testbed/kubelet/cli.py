@@ -142,7 +142,8 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGINT, on_signal)
     # The scale bench's "done measuring": every pod held Running by --no-exec-seconds ends now
     # (pods that start later are held as ever: the next job's).
-    signal.signal(signal.SIGUSR1, lambda *_: setattr(kubelet, "released_at", time.monotonic()))
+    # In a thread of its own: the handler runs on the main thread, which may hold the kubelet's lock.
+    signal.signal(signal.SIGUSR1, lambda *_: threading.Thread(target=kubelet.release, daemon=True).start())
     for thread in threads:
         thread.start()
     stop.wait()

@@ -213,7 +213,7 @@ def test_no_exec_hold_holds_only_the_labelled_pods(tmp_path):
     worker = kubelet.workers["uid-train-0000"]
     time.sleep(1)
     assert not worker.done.is_set() and api.statuses[-1]["phase"] == "Running", "the labelled pod is held"
-    kubelet.released_at = time.monotonic()  # SIGUSR1: the bench has measured; held pods end Succeeded
+    kubelet.release()  # SIGUSR1: the bench has measured; held pods end Succeeded
     assert worker.done.wait(10)
     assert api.statuses[-1]["phase"] == "Succeeded"
     later = pod(sh("main", "exit 1"), name="next-job")  # the next job's pods are held as ever
@@ -224,6 +224,36 @@ def test_no_exec_hold_holds_only_the_labelled_pods(tmp_path):
     kubelet.workers["uid-next-job-0000"].stop("test over", 0)
 
 
+def test_a_held_no_exec_pod_sleeps_until_it_is_released_or_stopped(tmp_path, monkeypatch):
+    """A held pod's thread waits once, not once a second: the scale bench holds 4,096 of them,
+    and their polling kept the kubelet at more than one of the machine's two cores, starving
+    Argo's controller. Released or stopped, it wakes at once."""
+    waits: list[float | None] = []
+
+    class CountedEvent(pods_module.threading.Event):
+        def wait(self, timeout=None):
+            waits.append(timeout)
+            return super().wait(timeout)
+
+    monkeypatch.setattr(pods_module.threading, "Event", CountedEvent)
+    kubelet, api = make_kubelet(tmp_path, no_exec=True, no_exec_seconds=600, no_exec_hold="torchdag.io/node-rank")
+    held = [pod(sh("main", "exit 0"), name=f"train-{i}") for i in range(2)]
+    for p in held:
+        p["metadata"]["labels"] = {"torchdag.io/node-rank": "1"}
+        kubelet.on_pod("ADDED", p)
+    first, second = (kubelet.workers[f"uid-train-{i}-0000"] for i in range(2))
+    deadline = time.monotonic() + 10
+    while len(api.statuses) < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(2.5)
+    timed = [timeout for timeout in waits if timeout is not None]  # None: waits until set, as threads do
+    assert len(timed) == 2 and all(timeout > 500 for timeout in timed), waits
+    first.stop("pod deleted", 30)
+    assert first.done.wait(10) and not second.done.is_set()
+    kubelet.release()
+    assert second.done.wait(10) and api.statuses[-1]["phase"] == "Succeeded"
+
+
 def test_no_exec_holds_an_argo_daemon_until_it_is_stopped(tmp_path):
     """An Argo daemon (ARGO_TEMPLATE's `daemon: true`: the scheduling watch) runs until Argo stops
     it; ended on its own, even Succeeded, Argo would fail its node. Not released by SIGUSR1."""
@@ -232,7 +262,8 @@ def test_no_exec_holds_an_argo_daemon_until_it_is_stopped(tmp_path):
     daemon["spec"]["initContainers"][0]["env"] = [{"name": "ARGO_TEMPLATE", "value": '{"name": "w", "daemon": true}'}]
     kubelet.on_pod("ADDED", daemon)
     worker, _ = kubelet.workers["uid-watch-0000"], time.sleep(1.5)
-    kubelet.released_at, _ = time.monotonic(), time.sleep(1.5)  # SIGUSR1 too: it stays
+    kubelet.release()  # SIGUSR1 too: it stays
+    time.sleep(1.5)
     assert not worker.done.is_set() and api.statuses[-1]["phase"] == "Running"
     worker.stop("pod deleted", 30)
     assert worker.done.wait(10) and api.statuses[-1]["phase"] == "Failed"
