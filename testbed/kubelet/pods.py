@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 from typing import Protocol
 
-from ..kube import Kube, api_message
+from ..kube import ApiException, Kube, api_message
 from ..runtime import MARKER_ENV, ProcessTree, process_env, process_table
 from .cgroups import CpuCgroup, cpu_limit_of
 from .logs import LogPump
@@ -65,6 +65,7 @@ class PodHost(Protocol):
     no_exec_seconds: float
     no_exec_hold: str | None
     released_at: float
+    stopping: threading.Event  # set when the kubelet stops
     record: Recording | None
     run_id: str
     state_dir: Path
@@ -146,10 +147,23 @@ class PodWorker:
     # -- the pod's life
 
     def push(self) -> None:
-        try:
-            self.k.api.patch_pod_status(self.namespace, self.name, self.state.to_api())
-        except Exception as err:  # noqa: BLE001 -- a deleted pod or a restarting API server: said, not fatal
-            self.k.say(f"{self.key}: status not reported: {api_message(err)}")
+        """Report the pod's status. A report the API server did not take for a while (a timeout,
+        429 or 5xx) is sent again, backing off to 30 s, until it is taken, the pod is gone or the
+        kubelet stops, as kubelet's status manager keeps syncing: 4,096 pods ending at once timed
+        out 975 reports, whose pods then stayed Running on the server for good."""
+        delay = 1.0
+        while True:
+            try:
+                self.k.api.patch_pod_status(self.namespace, self.name, self.state.to_api())
+                return
+            except Exception as err:  # noqa: BLE001 -- a deleted pod or a restarting API server: said, not fatal
+                passing = not isinstance(err, ApiException) or err.status in (429, 500, 502, 503, 504)
+                if delay == 1.0 or not passing:
+                    self.k.say(f"{self.key}: status not reported: {api_message(err)}"
+                               + (" (tried again until taken)" if passing else ""))
+                if not passing or self.k.stopping.wait(delay):
+                    return
+                delay = min(30.0, delay * 2)
 
     def _run(self) -> None:
         try:

@@ -254,6 +254,35 @@ def test_a_held_no_exec_pod_sleeps_until_it_is_released_or_stopped(tmp_path, mon
     assert second.done.wait(10) and api.statuses[-1]["phase"] == "Succeeded"
 
 
+def test_a_status_report_the_api_server_did_not_take_is_sent_again_until_taken(tmp_path):
+    """As kubelet's status manager keeps syncing: a report that timed out (thousands of pods
+    ending at once) or met a 503 is sent again; a pod whose Succeeded never reached the server
+    would stay Running there, and its Workflow with it. A refused one (422) is not."""
+    from kubernetes.client.exceptions import ApiException
+
+    kubelet, api = make_kubelet(tmp_path, no_exec=True)
+    failures = [TimeoutError("read timed out"), ApiException(status=503, reason="unavailable")]
+    taken = api.patch_pod_status
+
+    def patch(namespace, name, status):
+        if status["phase"] == "Succeeded" and failures:
+            raise failures.pop(0)
+        taken(namespace, name, status)
+
+    api.patch_pod_status = patch
+    run(kubelet, pod(sh("main", "exit 0")))
+    assert [s["phase"] for s in api.statuses] == ["Running", "Succeeded"] and not failures
+    said = kubelet.out.getvalue()
+    assert said.count("status not reported") == 1 and "tried again until taken" in said, said
+
+    def refuse(namespace, name, status):
+        raise ApiException(status=422, reason="invalid")
+
+    api.patch_pod_status = refuse
+    run(kubelet, pod(sh("main", "exit 0"), name="p2"), timeout=5)  # not sent again: it ends at once
+    assert kubelet.out.getvalue().count("status not reported") == 3
+
+
 def test_no_exec_holds_an_argo_daemon_until_it_is_stopped(tmp_path):
     """An Argo daemon (ARGO_TEMPLATE's `daemon: true`: the scheduling watch) runs until Argo stops
     it; ended on its own, even Succeeded, Argo would fail its node. Not released by SIGUSR1."""
