@@ -297,9 +297,15 @@ def measure_status(layout: Layout, folder: Path, n: int, shape: str, host_length
             break
         pods = ranked_training_pods(layout, name)
         running = [uid for uid, (_, phase, _) in pods.items() if phase == "Running"]
+        again = [uid for uid in running if uid not in before]
+        if stage and not fresh and len(running) >= n and len(again) >= want:
+            # A stage is measured on the database's nodes as they are now, not as read a minute ago
+            # (at 4,096 machines such a stale read put a worker's loss at +1 B).
+            size, nodes = held_size(layout, wf)
+            read_at = time.monotonic()
+            row["largest_packed_bytes"] = max(row["largest_packed_bytes"], size)
         shown = sum(1 for node in nodes.values() if node.get("type") == "Pod" and node.get("phase") == "Running"
                     and any(p.get("name") == "node-rank" for p in (node.get("inputs") or {}).get("parameters") or []))
-        again = [uid for uid in running if uid not in before]
         if time.monotonic() - said_at > 60:
             said_at = time.monotonic()
             print(f"{said_at - start:.0f} s: {status.get('phase')}, waiting for {stage}: {len(running)} training "

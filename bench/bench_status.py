@@ -430,15 +430,15 @@ def record(dumps: list[str]) -> None:
         dump = json.loads(gzip.decompress(Path(path).read_bytes()))
         run, wf = dump["row"], dump["workflow"]
         failures = [stage for stage in ("job", "worker", "master") if stage in run["bytes"]]
-        failed = [n.get("message", "") for n in dump["nodes"].values() if n.get("phase") == "Failed"
-                  and n.get("type") == "Pod"]
+        failed = [n.get("message", "") for n in dump["nodes"].values() if n.get("phase") in ("Failed", "Error")
+                  and n.get("type") == "Pod"]  # a deleted pod's node is Error ("pod deleted")
         row = {"date": wf["metadata"]["creationTimestamp"][:10], "shape": run["shape"], "nodes": run["nodes"],
                "host_length": run["host_length"], "failures": failures, "seconds": round(run["total_s"]),
                "failed_message": max(failed, key=failed.count) if failed else "", "spec_bytes": run["spec_bytes"],
                "stages_packed_bytes": run["bytes"], "largest_packed_bytes": run["largest_packed_bytes"],
                "status_bytes": run["status_bytes"],
                "argo_compressed_nodes": len(wf["status"].get("compressedNodes", "")),
-               "pod_nodes": run["pod_nodes"], "phase": run["phase"],
+               "pod_nodes": run["pod_nodes"], "phase": run["phase"], "offload": run.get("offload", False),
                # the runs of 2026-12-06 were made with these (their dumps predate the field)
                "controller": run.get("controller") or {"qps": 100.0, "burst": 200,
                                                        "resourceRateLimit": {"limit": 10.0, "burst": 25}}}
