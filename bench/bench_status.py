@@ -383,37 +383,39 @@ def fit(shape: str, margin: int, machines: int = 4096) -> dict:
     return figures
 
 
+def guard_takes(shape: str, restarts: int, host_length: int, n: int, folder: Path) -> bool:
+    """Whether render.py's guard takes n machines × 8 NPUs of the shape, short or hashed host
+    names, the helpers carried by the Workflow, node status not offloaded (docs/values.md's table)."""
+    from torchdag import pipeline
+    from torchdag.errors import ValuesError
+
+    recovery = {"job": "job", "node": "node", "elastic": "node"}[shape]
+    hosts = hashed_hosts(n, host_length) if host_length else [f"npu-{i:04d}" for i in range(n)]
+    nodes = "".join(f"  - {{name: {hosts[i]}, address: 10.{i // 250}.{i % 250}.1, nic: eth0, "
+                    "accelerator: ascend910, devices: 8}\n" for i in range(n))
+    extra = f"elastic: {{minNodes: {n - n // 8}}}\n" if shape == "elastic" else ""
+    path = folder / "v.yaml"
+    path.write_text(f"name: fits\nimage: img:1\nscript: /t.py\nfailurePolicy: {{maxRestarts: {restarts}, "
+                    f"recovery: {recovery}}}\n{extra}nodes:\n{nodes}")
+    try:
+        pipeline.run(path)
+        return True
+    except ValuesError:
+        return False
+
+
 def most_that_fit(shape: str, restarts: int, host_length: int) -> int:
     """The most machines × 8 NPUs render.py's guard takes for the shape, short or hashed host
     names, by bisection over real renders (the spec as rendered, the status as the guard counts it)."""
     import tempfile
 
-    from torchdag import pipeline
-    from torchdag.errors import ValuesError
-
-    recovery = {"job": "job", "node": "node", "elastic": "node"}[shape]
     folder = Path(tempfile.mkdtemp(prefix="torchdag-fits-"))
-
-    def taken(n: int) -> bool:
-        hosts = hashed_hosts(n, host_length) if host_length else [f"npu-{i:04d}" for i in range(n)]
-        nodes = "".join(f"  - {{name: {hosts[i]}, address: 10.{i // 250}.{i % 250}.1, nic: eth0, "
-                        "accelerator: ascend910, devices: 8}\n" for i in range(n))
-        extra = f"elastic: {{minNodes: {n - n // 8}}}\n" if shape == "elastic" else ""
-        path = folder / "v.yaml"
-        path.write_text(f"name: fits\nimage: img:1\nscript: /t.py\nfailurePolicy: {{maxRestarts: {restarts}, "
-                        f"recovery: {recovery}}}\n{extra}nodes:\n{nodes}")
-        try:
-            pipeline.run(path)
-            return True
-        except ValuesError:
-            return False
-
     low, high = 1, 4096
-    if taken(high):
+    if guard_takes(shape, restarts, host_length, high, folder):
         return high
     while high - low > 1:
         middle = (low + high) // 2
-        low, high = (middle, high) if taken(middle) else (low, middle)
+        low, high = (middle, high) if guard_takes(shape, restarts, host_length, middle, folder) else (low, middle)
     return low
 
 

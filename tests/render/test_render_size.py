@@ -24,7 +24,7 @@ from torchdag.errors import ValuesError
 from torchdag.render import check_documents, distinct_bytes, json_size, status_budget
 
 sys.path.insert(0, str(REPO / "bench"))
-from bench_status import Job, hashed_hosts, measured, status_bytes
+from bench_status import Job, guard_takes, hashed_hosts, measured, status_bytes
 
 LIMIT = 1048576  # MAX_WORKFLOW_SIZE's default in Argo v4.0.5 workflow/packer, written out here
 SHAPE_VALUES = {"job": "failurePolicy: {{maxRestarts: {restarts}, recovery: job}}\n",
@@ -165,6 +165,26 @@ def test_long_host_names_are_judged_by_their_length(shape, tmp_path):
             taken = False
         assert taken or model * (100 + 2 * margin) / 100 > LIMIT, (shape, n, restarts, model)
         assert not taken or model <= LIMIT, (shape, n, restarts, model)
+
+
+@pytest.mark.scale
+def test_the_machine_counts_values_md_states_are_the_guards(tmp_path):
+    """docs/values.md's table of the machines × 8 the guard takes per shape and failurePolicy.maxRestarts,
+    with 8- and 63-character host names: each count is taken and one more is refused."""
+    text = (REPO / "docs" / "values.md").read_text(encoding="utf-8")
+    shapes = {"node recovery (the default when `maxRestarts` > 0)": "node", "the whole job (`recovery: job`)": "job"}
+    cells = []
+    for label, shape in shapes.items():
+        row = next(line for line in text.splitlines() if line.startswith(f"| {label} |"))
+        for restarts, cell in enumerate(row.strip("|").split("|")[1:]):
+            if cell.strip() != "—":
+                short, long = (int(part.replace(",", "")) for part in cell.split("/"))
+                cells += [(shape, restarts, 0, short), (shape, restarts, 63, long)]
+    assert len(cells) == 10, cells
+    for shape, restarts, length, count in cells:
+        assert guard_takes(shape, restarts, length, count, tmp_path), (shape, restarts, length, count)
+        assert count == 4096 or not guard_takes(shape, restarts, length, count + 1, tmp_path), \
+            (shape, restarts, length, count)
 
 
 @pytest.mark.scale
