@@ -306,12 +306,16 @@ def measure_status(layout: Layout, folder: Path, n: int, shape: str, host_length
             row["largest_packed_bytes"] = max(row["largest_packed_bytes"], size)
         shown = sum(1 for node in nodes.values() if node.get("type") == "Pod" and node.get("phase") == "Running"
                     and any(p.get("name") == "node-rank" for p in (node.get("inputs") or {}).get("parameters") or []))
+        # The new pods Running in Argo's status too (a pod NAME-TEMPLATE-HASH is node NAME-HASH): its
+        # status may still show the lost pod Running, which alone made a worker's loss read +0 B.
+        again_shown = sum(1 for uid in again if (nodes.get(f"{name}-{pods[uid][0].rsplit('-', 1)[-1]}") or {})
+                          .get("phase") == "Running")
         if time.monotonic() - said_at > 60:
             said_at = time.monotonic()
             print(f"{said_at - start:.0f} s: {status.get('phase')}, waiting for {stage}: {len(running)} training "
                   f"pods Running ({len(again)} new), {shown} in the status; {size} B packed", file=sys.stderr,
                   flush=True)
-        if stage and len(running) >= n and shown >= n and len(again) >= want:
+        if stage and len(running) >= n and shown >= n and again_shown >= want:
             row["bytes"][stage] = size
             row["seconds"][stage] = round(time.monotonic() - (lost_at or start), 1)
             stage = losses.pop(0) if losses else None
