@@ -160,7 +160,8 @@ def size_problem(plan: Plan, kind: str, spec_bytes: int) -> Problem | None:
     fits = max(0, 1000 * (limit - job - fixed) // (1000 * floor + 1000 * own // machines + per_machine))
     return problem("workflow-size-spec" if spec_bytes > limit else "workflow-size-status", ("nodes",),
                    count=len(plan.nodes), kind=kind, bytes=spec_bytes, limit=limit, status=status, restarts=failures,
-                   shape=catalog()["argoStatus"]["shapes"][status_shape(plan)]["name"], fits=fits, helpers=helpers)
+                   shape=catalog()["argoStatus"]["shapes"][status_shape(plan)]["name"], fits=fits, helpers=helpers,
+                   restarts_advice=catalog()["argoStatus"]["restartsAdvice"] if failures else "")
 
 
 def _kind(document: yaml.MappingNode) -> str:

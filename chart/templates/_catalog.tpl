@@ -136,6 +136,7 @@ The catalogue as JSON, its long strings folded over lines as YAML folds a double
         "value": "helpers"
       }
     ],
+    "restartsAdvice": ", or lower failurePolicy.maxRestarts",
     "shapes": {
       "elastic": {
         "name": "node recovery with elastic members",
@@ -956,7 +957,7 @@ The catalogue as JSON, its long strings folded over lines as YAML folds a double
     "workflow-size-status": "{count} nodes make a {kind} of {bytes} bytes (JSON), and Argo's status under {shape} comes to about {status} bytes through
       the {restarts} failure(s) the job survives (failurePolicy.maxRestarts): over the {limit} bytes Argo keeps in one object, so the Workflow would end in
       Error mid-run; about {fits} machines like these fit. Set workflow.nodeStatusOffload if the controller offloads node status to a database
-      (persistence.nodeStatusOffLoad: true), or run fewer machines{helpers}, or lower failurePolicy.maxRestarts"
+      (persistence.nodeStatusOffLoad: true), or run fewer machines{helpers}{restarts_advice}"
   },
   "network": {
     "masterAddress": "{master}.{run}.{{ "{{" }}workflow.namespace}}.svc.{clusterDomain}",

@@ -158,6 +158,22 @@ def test_4096_of_8_under_node_recovery_is_refused_naming_offload_and_what_fits(h
 
 
 @pytest.mark.scale
+def test_a_job_without_restarts_is_not_told_to_lower_them(helm, tmp_path):
+    """About 3,400 machines with 63-character host names and no restart: refused by both renderers
+    with the count that fits, and no advice to lower failurePolicy.maxRestarts, which is 0."""
+    path = shape_values(tmp_path / "v.yaml", "job", 3400, 0, hashed_hosts(3400, 63))
+    with pytest.raises(ValuesError) as refused:
+        pipeline.run(path)
+    (line,) = refused.value.lines()
+    assert "through the 0 failure(s)" in line and "machines like these fit" in line, line
+    assert line.endswith("or run fewer machines, carry the helpers in the image (agents.fromWorkflow: false)"), line
+    result = helm_template(helm, path)  # its Workflow carries helm's labels: a few bytes more, so its own count
+    assert result.returncode != 0 and "through the 0 failure(s)" in result.stderr, result.stderr[-600:]
+    assert "or run fewer machines, carry the helpers in the image (agents.fromWorkflow: false)\n" in result.stderr
+    assert "lower failurePolicy.maxRestarts" not in result.stderr
+
+
+@pytest.mark.scale
 @pytest.mark.parametrize("shape", ["job", "node", "elastic"])
 def test_long_host_names_are_judged_by_their_length(shape, tmp_path):
     """About 3,400 machines with 63-character hashed host names, with and without failures:
