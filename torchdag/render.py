@@ -143,7 +143,8 @@ def status_budget(plan: Plan, offloaded: bool | None = None) -> tuple[int, int]:
 
 
 def size_problem(plan: Plan, kind: str, spec_bytes: int) -> Problem | None:
-    limit = catalog()["argoStatus"]["maxBytes"]
+    facts = catalog()["argoStatus"]
+    limit = facts["maxBytes"]
     failures, status = status_budget(plan)
     if spec_bytes + status <= limit:
         return None
@@ -151,17 +152,17 @@ def size_problem(plan: Plan, kind: str, spec_bytes: int) -> Problem | None:
     # The machines that would fit: each keeps the fewest spec bytes a machine adds and its own
     # values; the rest of the spec (templates, helpers) stays whatever the count.
     machines, own = len(plan.nodes), distinct_bytes(plan)
-    floor = catalog()["argoStatus"]["specPerMachineAtLeast"]
+    floor = facts["specPerMachineAtLeast"]
     if plan.loops:  # the least a machine's loop item adds (compact JSON, its comma), less its own bytes
         floor = max(floor, min(len(json.dumps(json.loads(item), separators=(",", ":"))) + 1
                                for loop in plan.loops for item in loop.items) - own // machines)
-    helpers = catalog()["argoStatus"]["helpersAdvice"] if plan.typed.helpers.from_workflow else ""
+    helpers = facts["helpersAdvice"] if plan.typed.helpers.from_workflow else ""
     fixed = max(0, spec_bytes - machines * floor - own)
     fits = max(0, 1000 * (limit - job - fixed) // (1000 * floor + 1000 * own // machines + per_machine))
     return problem("workflow-size-spec" if spec_bytes > limit else "workflow-size-status", ("nodes",),
                    count=len(plan.nodes), kind=kind, bytes=spec_bytes, limit=limit, status=status, restarts=failures,
-                   shape=catalog()["argoStatus"]["shapes"][status_shape(plan)]["name"], fits=fits, helpers=helpers,
-                   restarts_advice=catalog()["argoStatus"]["restartsAdvice"] if failures else "")
+                   shape=facts["shapes"][status_shape(plan)]["name"], fits=fits, helpers=helpers,
+                   restarts_advice=facts["restartsAdvice"] if failures else "")
 
 
 def _kind(document: yaml.MappingNode) -> str:
